@@ -1,0 +1,91 @@
+package inflate
+
+import (
+	"archive/tar"
+	"bytes"
+	stdgzip "compress/gzip"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	kgzip "github.com/klauspost/compress/gzip"
+)
+
+// benchInput is a gzip-compressed tar. TARMOUNT_BENCH_GZ names a .tar.gz to
+// use; by default up to 128 MiB of the Go installation that runs the
+// benchmark is archived and compressed with gzip -6 equivalents.
+var benchInput = sync.OnceValues(func() ([]byte, error) {
+	if p := os.Getenv("TARMOUNT_BENCH_GZ"); p != "" {
+		return os.ReadFile(p)
+	}
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	err := filepath.WalkDir(runtime.GOROOT(), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || raw.Len() > 128<<20 {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		tw.WriteHeader(&tar.Header{Name: path, Mode: 0o644, Size: int64(len(data))})
+		_, err = tw.Write(data)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	tw.Close()
+	var comp bytes.Buffer
+	w, _ := kgzip.NewWriterLevel(&comp, 6)
+	w.Write(raw.Bytes())
+	w.Close()
+	return comp.Bytes(), nil
+})
+
+func benchDecode(b *testing.B, open func(io.Reader) (io.Reader, error)) {
+	comp, err := benchInput()
+	if err != nil {
+		b.Fatal(err)
+	}
+	size, err := io.Copy(io.Discard, mustStd(comp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := open(bytes.NewReader(comp))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, err := io.Copy(io.Discard, r); err != nil || n != size {
+			b.Fatalf("decoded %d bytes, err %v", n, err)
+		}
+	}
+}
+
+// BenchmarkDecode compares the index pass (our inflater recording a
+// checkpoint every 4 MiB) with klauspost/compress and the standard library
+// decoding the same stream. MB/s are of uncompressed tar.
+func BenchmarkDecode(b *testing.B) {
+	b.Run("tarmount-checkpoints", func(b *testing.B) {
+		benchDecode(b, func(r io.Reader) (io.Reader, error) {
+			return NewReader(r, Options{Span: 4 << 20, OnCheckpoint: func(Checkpoint) {}}), nil
+		})
+	})
+	b.Run("tarmount", func(b *testing.B) {
+		benchDecode(b, func(r io.Reader) (io.Reader, error) { return NewReader(r, Options{}), nil })
+	})
+	b.Run("klauspost", func(b *testing.B) {
+		benchDecode(b, func(r io.Reader) (io.Reader, error) { return kgzip.NewReader(r) })
+	})
+	b.Run("stdlib", func(b *testing.B) {
+		benchDecode(b, func(r io.Reader) (io.Reader, error) { return stdgzip.NewReader(r) })
+	})
+}

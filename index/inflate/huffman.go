@@ -1,0 +1,177 @@
+package inflate
+
+import "errors"
+
+// A decode table maps the next bits of the stream (LSB first) to a symbol.
+// Each entry is a uint32:
+//
+//	 31            16 15   12 11    8 7        0
+//	+----------------+-------+-------+----------+
+//	|     value      | kind  | clen  |  total   |
+//	+----------------+-------+-------+----------+
+//
+//	total  bits to consume: codeword length plus extra bits
+//	clen   codeword length; extra bits sit just above it
+//	kind   kindLiteral, kindLength, kindEnd, kindDist, kindSub, kindInvalid
+//	value  literal byte, length or distance base, or subtable start
+//
+// A subtable entry's total holds the subtable's index width instead; the
+// subtable is indexed by the bits above the primary width, and its entries
+// carry the full codeword length.
+const (
+	kindLiteral = iota
+	kindLength
+	kindEnd
+	kindDist
+	kindSub
+	kindInvalid
+)
+
+const (
+	litPrimaryBits  = 10
+	distPrimaryBits = 8
+	clenPrimaryBits = 7
+	maxCodeBits     = 15
+)
+
+func entry(value uint32, kind, clen, total uint32) uint32 {
+	return value<<16 | kind<<12 | clen<<8 | total
+}
+
+const invalidEntry = kindInvalid << 12
+
+var lengthBase = [29]uint32{3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31,
+	35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258}
+var lengthExtra = [29]uint32{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2,
+	3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0}
+var distBase = [30]uint32{1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193,
+	257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577}
+var distExtra = [30]uint32{0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6,
+	7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13}
+
+var errBadCode = errors.New("invalid Huffman code lengths")
+
+// symbolEntry returns the table entry for symbol sym of a code with the
+// given codeword length.
+type symbolFunc func(sym int, clen uint32) uint32
+
+func litlenSymbol(sym int, clen uint32) uint32 {
+	switch {
+	case sym < 256:
+		return entry(uint32(sym), kindLiteral, clen, clen)
+	case sym == 256:
+		return entry(0, kindEnd, clen, clen)
+	case sym < 286:
+		i := sym - 257
+		return entry(lengthBase[i], kindLength, clen, clen+lengthExtra[i])
+	}
+	return invalidEntry
+}
+
+func distSymbol(sym int, clen uint32) uint32 {
+	if sym < 30 {
+		return entry(distBase[sym], kindDist, clen, clen+distExtra[sym])
+	}
+	return invalidEntry
+}
+
+func plainSymbol(sym int, clen uint32) uint32 {
+	return entry(uint32(sym), kindLiteral, clen, clen)
+}
+
+// buildTable fills table (reusing its storage) for the canonical Huffman
+// code with the given codeword lengths. Over-subscribed codes are rejected;
+// incomplete codes leave invalid entries that fail when decoded.
+func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) ([]uint32, error) {
+	var count [maxCodeBits + 1]int
+	for _, l := range lengths {
+		count[l]++
+	}
+	count[0] = 0 // unused symbols
+	left := 1
+	for l := 1; l <= maxCodeBits; l++ {
+		left <<= 1
+		left -= count[l]
+		if left < 0 {
+			return table, errBadCode
+		}
+	}
+	// The canonical first codeword of each length.
+	var next [maxCodeBits + 1]uint32
+	code := uint32(0)
+	for l := 1; l <= maxCodeBits; l++ {
+		code = (code + uint32(count[l-1])) << 1
+		next[l] = code
+	}
+
+	size := 1 << primary
+	primaryMask := uint32(size - 1)
+	// First pass: the longest codeword under each primary prefix decides
+	// the width of that prefix's subtable.
+	var subBits [1 << litPrimaryBits]uint8
+	codes := next
+	for _, l := range lengths {
+		if uint(l) <= primary {
+			continue
+		}
+		c := codes[l]
+		codes[l]++
+		p := reverse(c, uint(l)) & primaryMask
+		if w := l - uint8(primary); w > subBits[p] {
+			subBits[p] = w
+		}
+	}
+	total := size
+	for p := 0; p < size; p++ {
+		if subBits[p] > 0 {
+			total += 1 << subBits[p]
+		}
+	}
+	if cap(table) < total {
+		table = make([]uint32, total)
+	}
+	table = table[:total]
+	for i := range table {
+		table[i] = invalidEntry
+	}
+	at := size
+	for p := 0; p < size; p++ {
+		if w := subBits[p]; w > 0 {
+			table[p] = entry(uint32(at), kindSub, 0, uint32(w))
+			at += 1 << w
+		}
+	}
+	codes = next
+	for s, l := range lengths {
+		if l == 0 {
+			continue
+		}
+		c := codes[l]
+		codes[l]++
+		r := reverse(c, uint(l))
+		e := sym(s, uint32(l))
+		if uint(l) <= primary {
+			for i := r; i < uint32(size); i += 1 << l {
+				table[i] = e
+			}
+			continue
+		}
+		sub := table[r&primaryMask]
+		start := sub >> 16
+		w := sub & 0xff
+		hi := r >> primary
+		for i := hi; i < 1<<w; i += 1 << (uint(l) - primary) {
+			table[start+i] = e
+		}
+	}
+	return table, nil
+}
+
+func reverse(code uint32, n uint) uint32 {
+	var r uint32
+	for i := uint(0); i < n; i++ {
+		r = r<<1 | code&1
+		code >>= 1
+	}
+	return r
+}

@@ -1,0 +1,953 @@
+// Package inflate decodes gzip streams (one or more members) and records
+// checkpoints from which decoding can later resume: at a DEFLATE block
+// boundary, a checkpoint holds the compressed byte and bit offset, the
+// uncompressed offset and the last 32 KiB of output; at a gzip member start
+// it needs no window at all.
+//
+// It knows nothing of tar, transports or caches: it reads compressed bytes
+// from an io.Reader and hands out decoded bytes.
+package inflate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// Errors reported by Reader. Errors from the underlying reader are passed
+// through wrapped.
+var (
+	ErrCorrupt   = errors.New("inflate: corrupt gzip stream")
+	ErrTruncated = errors.New("inflate: truncated gzip stream")
+	ErrNotGzip   = errors.New("inflate: not a gzip stream")
+)
+
+// WindowSize is the DEFLATE history size: a checkpoint inside a member
+// stores at most this many bytes of preceding output.
+const WindowSize = 32 << 10
+
+// Kind says how decoding resumes at a checkpoint.
+type Kind uint8
+
+const (
+	// KindMember: In is the first byte of a gzip member header; no
+	// window is needed.
+	KindMember Kind = iota + 1
+	// KindBlock: In and Bit locate the first bit of a DEFLATE block
+	// header; Window holds the output that precedes it in its member.
+	KindBlock
+)
+
+// Checkpoint is a place where decoding can resume.
+type Checkpoint struct {
+	Kind Kind
+	// In is the compressed offset of the byte holding the first bit;
+	// Bit (0-7) is how many low bits of that byte were already consumed.
+	In  int64
+	Bit uint8
+	// Out is the uncompressed offset of the first byte decoded from here.
+	Out int64
+	// Window is the output preceding Out within the same member, at most
+	// WindowSize bytes; nil for KindMember. Owned by the checkpoint.
+	Window []byte
+}
+
+// Options tune a Reader.
+type Options struct {
+	// Span is the number of output bytes between checkpoints: one is
+	// reported at the first block boundary or member start after Span
+	// bytes have passed since the previous one. Zero reports none.
+	Span int64
+	// OnCheckpoint receives each checkpoint, in order, synchronously from
+	// the decoding goroutine. The first member start (offset 0) is
+	// always reported when Span > 0.
+	OnCheckpoint func(Checkpoint)
+	// Limit, when positive, ends the stream (io.EOF) after that many
+	// bytes of output from the starting point.
+	Limit int64
+}
+
+// Decoder states between calls.
+const (
+	stHeader = iota
+	stBlock
+	stStored
+	stHuffman
+	stTrailer
+	stDone
+)
+
+const (
+	chunkSize = 256 << 10
+	margin    = 258 + 16 // room for one match (and word copies) past the stop point
+	bufSize   = WindowSize + chunkSize + margin
+	inSize    = 128 << 10
+	keepIn    = 8 // input bytes kept before inPos when compacting, to un-read the bit buffer
+)
+
+// Reader decodes a gzip stream. It is not safe for concurrent use.
+type Reader struct {
+	r    io.Reader
+	opts Options
+
+	// Input: in[inPos:inEnd] is unread; inBase is the stream offset of in[0].
+	in        []byte
+	inPos     int
+	inEnd     int
+	inBase    int64
+	srcEOF    bool
+	srcErr    error
+	bits      uint64
+	nbits     uint
+	virt      uint // zero bits appended after the end of input
+	memberIn  int64
+	firstMemb bool
+
+	// Output: out[rd:op] is decoded but unread; outBase is the
+	// uncompressed offset of out[0]; out[hist:op] is history usable by
+	// back-references (the current member's output only).
+	out     []byte
+	op      int
+	rd      int
+	hist    int
+	outBase int64
+	limit   int64 // absolute uncompressed end, or -1
+
+	state      int
+	final      bool
+	storedLeft int
+	lit, dist  []uint32 // current tables
+	dynLit     []uint32
+	dynDist    []uint32
+	lens       [320]uint8
+
+	crcOn    bool
+	crc      uint32
+	crcPos   int
+	isize    uint32
+	lastCP   int64
+	haveCP   bool
+	pending  *Checkpoint // the latest checkpoint, not yet reported
+	err      error
+	trailing bool
+}
+
+// NewReader returns a Reader that decodes the gzip stream in r from its
+// first byte.
+func NewReader(r io.Reader, opts Options) *Reader {
+	z := newReader(r, opts, 0)
+	z.state = stHeader
+	z.firstMemb = true
+	return z
+}
+
+// NewReaderAt returns a Reader that resumes at cp. r must yield the
+// compressed stream from offset cp.In on. Checksums of a member entered in
+// the middle cannot be verified; callers verify spans themselves.
+func NewReaderAt(r io.Reader, cp Checkpoint, opts Options) (*Reader, error) {
+	z := newReader(r, opts, cp.In)
+	switch cp.Kind {
+	case KindMember:
+		if cp.Bit != 0 || len(cp.Window) != 0 {
+			return nil, fmt.Errorf("%w: member checkpoint with bit offset or window", ErrCorrupt)
+		}
+		z.state = stHeader
+	case KindBlock:
+		if cp.Bit > 7 || len(cp.Window) > WindowSize {
+			return nil, fmt.Errorf("%w: bad checkpoint", ErrCorrupt)
+		}
+		n := copy(z.out, cp.Window)
+		z.op, z.rd, z.crcPos = n, n, n
+		z.state = stBlock
+		if err := z.fill(1); err != nil {
+			return nil, err
+		}
+		if z.inEnd == 0 {
+			return nil, fmt.Errorf("%w: no input at checkpoint %d", ErrTruncated, cp.In)
+		}
+		z.bits = uint64(z.in[0]) >> cp.Bit
+		z.nbits = 8 - uint(cp.Bit)
+		z.inPos = 1
+	default:
+		return nil, fmt.Errorf("%w: unknown checkpoint kind %d", ErrCorrupt, cp.Kind)
+	}
+	z.outBase = cp.Out - int64(z.op)
+	if opts.Limit > 0 {
+		z.limit = cp.Out + opts.Limit
+	}
+	z.lastCP = cp.Out
+	z.haveCP = true
+	return z, nil
+}
+
+func newReader(r io.Reader, opts Options, inBase int64) *Reader {
+	return &Reader{
+		r:      r,
+		opts:   opts,
+		in:     make([]byte, inSize),
+		inBase: inBase,
+		out:    make([]byte, bufSize),
+		limit:  limitOf(opts.Limit),
+	}
+}
+
+func limitOf(n int64) int64 {
+	if n > 0 {
+		return n
+	}
+	return -1
+}
+
+// Offset returns the uncompressed offset of the next byte Read returns.
+func (z *Reader) Offset() int64 { return z.outBase + int64(z.rd) }
+
+// Trailing reports whether data that is not a gzip member followed the
+// last member (it is ignored, as gzip -d does).
+func (z *Reader) Trailing() bool { return z.trailing }
+
+// Read implements io.Reader.
+func (z *Reader) Read(p []byte) (int, error) {
+	for z.rd == z.op {
+		if err := z.more(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, z.out[z.rd:z.op])
+	z.rd += n
+	return n, nil
+}
+
+// Discard skips n bytes of output without copying them.
+func (z *Reader) Discard(n int64) (int64, error) {
+	var done int64
+	for done < n {
+		if z.rd == z.op {
+			if err := z.more(); err != nil {
+				return done, err
+			}
+			continue
+		}
+		k := int64(z.op - z.rd)
+		if k > n-done {
+			k = n - done
+		}
+		z.rd += int(k)
+		done += k
+	}
+	return done, nil
+}
+
+// WriteTo writes the rest of the stream to w.
+func (z *Reader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if z.rd == z.op {
+			if err := z.more(); err != nil {
+				if err == io.EOF {
+					return total, nil
+				}
+				return total, err
+			}
+			continue
+		}
+		n, err := w.Write(z.out[z.rd:z.op])
+		z.rd += n
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// more decodes the next chunk of output. It is called only when all
+// decoded output has been read.
+func (z *Reader) more() error {
+	if z.err != nil {
+		return z.err
+	}
+	if z.limit >= 0 && z.outBase+int64(z.op) >= z.limit {
+		z.err = io.EOF
+		return z.err
+	}
+	if z.state == stDone {
+		z.flushCheckpoint()
+		z.err = io.EOF
+		return z.err
+	}
+	if z.op >= WindowSize+chunkSize {
+		z.slide()
+	}
+	if err := z.decode(); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		z.err = err
+		if z.rd < z.op {
+			return nil // hand out what was decoded before the error
+		}
+		return err
+	}
+	return nil
+}
+
+// slide moves the last WindowSize bytes of history to the front.
+func (z *Reader) slide() {
+	z.updateCRC()
+	keep := z.op - z.hist
+	if keep > WindowSize {
+		keep = WindowSize
+	}
+	shift := z.op - keep
+	copy(z.out, z.out[shift:z.op])
+	z.outBase += int64(shift)
+	z.op -= shift
+	z.rd -= shift
+	z.crcPos -= shift
+	z.hist -= shift
+	if z.hist < 0 {
+		z.hist = 0
+	}
+}
+
+func (z *Reader) updateCRC() {
+	if z.crcOn && z.crcPos < z.op {
+		z.crc = crc32.Update(z.crc, crc32.IEEETable, z.out[z.crcPos:z.op])
+		z.isize += uint32(z.op - z.crcPos)
+	}
+	z.crcPos = z.op
+}
+
+// stopAt is the output index at which decode must return to the caller.
+func (z *Reader) stopAt() int {
+	stop := WindowSize + chunkSize
+	if z.limit >= 0 {
+		if l := z.limit - z.outBase; l < int64(stop) {
+			stop = int(l)
+		}
+	}
+	return stop
+}
+
+// decode runs the state machine until some output is produced and the
+// output chunk is full, the limit is reached, or the stream ends.
+func (z *Reader) decode() error {
+	for {
+		stop := z.stopAt()
+		if z.op >= stop {
+			return nil
+		}
+		var err error
+		switch z.state {
+		case stHeader:
+			err = z.header()
+		case stBlock:
+			err = z.blockHeader()
+		case stStored:
+			err = z.stored(stop)
+		case stHuffman:
+			err = z.huffman(stop)
+		case stTrailer:
+			err = z.trailer()
+		case stDone:
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if z.op > z.rd && z.op >= stop {
+			return nil
+		}
+	}
+}
+
+// bitOffset returns the compressed position of the next unread bit.
+func (z *Reader) bitOffset() int64 {
+	return (z.inBase+int64(z.inPos))*8 - int64(z.nbits-z.virt)
+}
+
+func (z *Reader) corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w at compressed offset %d: %s", ErrCorrupt, z.bitOffset()/8, fmt.Sprintf(format, args...))
+}
+
+func (z *Reader) truncated() error {
+	if z.srcErr != nil && z.srcErr != io.EOF {
+		return fmt.Errorf("read compressed stream at %d: %w", z.inBase+int64(z.inEnd), z.srcErr)
+	}
+	return fmt.Errorf("%w at compressed offset %d", ErrTruncated, z.inBase+int64(z.inEnd))
+}
+
+// fill makes at least n bytes available in in[inPos:inEnd] unless the
+// source ends first. It compacts the buffer, keeping keepIn bytes before
+// inPos so the bit buffer can be returned to the input.
+func (z *Reader) fill(n int) error {
+	if z.inEnd-z.inPos >= n {
+		return nil
+	}
+	if z.srcEOF {
+		return nil
+	}
+	if z.inPos > keepIn {
+		drop := z.inPos - keepIn
+		copy(z.in, z.in[drop:z.inEnd])
+		z.inBase += int64(drop)
+		z.inPos -= drop
+		z.inEnd -= drop
+	}
+	for z.inEnd-z.inPos < n && !z.srcEOF {
+		m, err := z.r.Read(z.in[z.inEnd:])
+		z.inEnd += m
+		if err != nil {
+			z.srcEOF = true
+			z.srcErr = err
+		} else if m == 0 && z.inEnd == len(z.in) {
+			break
+		}
+	}
+	if z.srcErr != nil && z.srcErr != io.EOF {
+		return fmt.Errorf("read compressed stream at %d: %w", z.inBase+int64(z.inEnd), z.srcErr)
+	}
+	return nil
+}
+
+// refillSlow tops up the bit buffer near the end of the input buffer,
+// reading more input, and past the end of the source appends zero bits
+// (tracked in virt) so that the caller can detect overreads.
+func (z *Reader) refillSlow() error {
+	if err := z.fill(8); err != nil {
+		return err
+	}
+	if z.inPos+8 <= z.inEnd {
+		z.bits |= binary.LittleEndian.Uint64(z.in[z.inPos:]) << z.nbits
+		z.inPos += int(63-z.nbits) >> 3
+		z.nbits |= 56
+		return nil
+	}
+	for z.nbits <= 56 && z.inPos < z.inEnd {
+		z.bits |= uint64(z.in[z.inPos]) << z.nbits
+		z.inPos++
+		z.nbits += 8
+	}
+	for z.nbits <= 56 {
+		z.nbits += 8
+		z.virt += 8
+	}
+	return nil
+}
+
+// overread reports whether decoding consumed bits past the end of input.
+func (z *Reader) overread() bool { return z.nbits < z.virt }
+
+// unreadBits returns whole bytes held in the bit buffer to the input,
+// after dropping the bits of a partial byte.
+func (z *Reader) alignAndUnread() error {
+	drop := z.nbits % 8
+	z.bits >>= drop
+	z.nbits -= drop
+	if z.overread() {
+		return z.truncated()
+	}
+	z.inPos -= int(z.nbits-z.virt) / 8
+	z.bits, z.nbits, z.virt = 0, 0, 0
+	return nil
+}
+
+// getBits returns the next n (<= 32) bits.
+func (z *Reader) getBits(n uint) (uint32, error) {
+	if z.nbits < n {
+		if err := z.refillSlow(); err != nil {
+			return 0, err
+		}
+	}
+	v := uint32(z.bits & (1<<n - 1))
+	z.bits >>= n
+	z.nbits -= n
+	if z.overread() {
+		return 0, z.truncated()
+	}
+	return v, nil
+}
+
+// header parses a gzip member header from the byte-aligned input.
+func (z *Reader) header() error {
+	if err := z.alignAndUnread(); err != nil {
+		return err
+	}
+	if err := z.fill(10); err != nil {
+		return err
+	}
+	start := z.inBase + int64(z.inPos)
+	if z.inEnd-z.inPos < 10 {
+		if z.inEnd == z.inPos && z.firstMemb {
+			return fmt.Errorf("%w: empty input", ErrNotGzip)
+		}
+		if z.inEnd == z.inPos {
+			z.state = stDone
+			return nil
+		}
+		if !z.firstMemb && !isGzipPrefix(z.in[z.inPos:z.inEnd]) {
+			z.trailing = true
+			z.state = stDone
+			return nil
+		}
+		if z.firstMemb && !isGzipPrefix(z.in[z.inPos:z.inEnd]) {
+			return fmt.Errorf("%w: bad magic at %d", ErrNotGzip, start)
+		}
+		return z.truncated()
+	}
+	h := z.in[z.inPos : z.inPos+10]
+	if h[0] != 0x1f || h[1] != 0x8b {
+		if z.firstMemb {
+			return fmt.Errorf("%w: bad magic at %d", ErrNotGzip, start)
+		}
+		z.trailing = true
+		z.state = stDone
+		return nil
+	}
+	if h[2] != 8 {
+		return fmt.Errorf("%w at %d: unknown compression method %d", ErrCorrupt, start, h[2])
+	}
+	flg := h[3]
+	if flg&0xe0 != 0 {
+		return fmt.Errorf("%w at %d: reserved header flags set", ErrCorrupt, start)
+	}
+	z.inPos += 10
+	if flg&0x04 != 0 { // FEXTRA
+		if err := z.fill(2); err != nil {
+			return err
+		}
+		if z.inEnd-z.inPos < 2 {
+			return z.truncated()
+		}
+		n := int(binary.LittleEndian.Uint16(z.in[z.inPos:]))
+		z.inPos += 2
+		if err := z.skipBytes(n); err != nil {
+			return err
+		}
+	}
+	for _, f := range []byte{0x08, 0x10} { // FNAME, FCOMMENT
+		if flg&f != 0 {
+			if err := z.skipString(); err != nil {
+				return err
+			}
+		}
+	}
+	if flg&0x02 != 0 { // FHCRC
+		if err := z.skipBytes(2); err != nil {
+			return err
+		}
+	}
+	out := z.outBase + int64(z.op)
+	due := !z.haveCP || out-z.lastCP >= z.opts.Span || z.pending != nil && z.pending.Out == out
+	if z.opts.Span > 0 && z.opts.OnCheckpoint != nil && due {
+		z.emit(Checkpoint{Kind: KindMember, In: start, Out: out})
+	}
+	z.firstMemb = false
+	z.memberIn = start
+	z.hist = z.op
+	z.crcOn = true
+	z.crc = 0
+	z.isize = 0
+	z.crcPos = z.op
+	z.state = stBlock
+	return nil
+}
+
+func isGzipPrefix(b []byte) bool {
+	return len(b) == 0 || b[0] == 0x1f && (len(b) == 1 || b[1] == 0x8b)
+}
+
+func (z *Reader) skipBytes(n int) error {
+	for n > 0 {
+		if z.inPos == z.inEnd {
+			if err := z.fill(1); err != nil {
+				return err
+			}
+			if z.inPos == z.inEnd {
+				return z.truncated()
+			}
+		}
+		k := z.inEnd - z.inPos
+		if k > n {
+			k = n
+		}
+		z.inPos += k
+		n -= k
+	}
+	return nil
+}
+
+func (z *Reader) skipString() error {
+	for {
+		if z.inPos == z.inEnd {
+			if err := z.fill(1); err != nil {
+				return err
+			}
+			if z.inPos == z.inEnd {
+				return z.truncated()
+			}
+		}
+		c := z.in[z.inPos]
+		z.inPos++
+		if c == 0 {
+			return nil
+		}
+	}
+}
+
+func (z *Reader) trailer() error {
+	z.updateCRC()
+	if err := z.alignAndUnread(); err != nil {
+		return err
+	}
+	if err := z.fill(8); err != nil {
+		return err
+	}
+	if z.inEnd-z.inPos < 8 {
+		return z.truncated()
+	}
+	crc := binary.LittleEndian.Uint32(z.in[z.inPos:])
+	size := binary.LittleEndian.Uint32(z.in[z.inPos+4:])
+	if z.crcOn && (crc != z.crc || size != z.isize) {
+		return fmt.Errorf("%w: member at %d: checksum mismatch", ErrCorrupt, z.memberIn)
+	}
+	z.inPos += 8
+	z.crcOn = false
+	z.state = stHeader
+	return nil
+}
+
+// blockHeader reads a DEFLATE block header and prepares its tables.
+func (z *Reader) blockHeader() error {
+	v, err := z.getBits(3)
+	if err != nil {
+		return err
+	}
+	z.final = v&1 != 0
+	switch v >> 1 {
+	case 0:
+		if err := z.alignAndUnread(); err != nil {
+			return err
+		}
+		if err := z.fill(4); err != nil {
+			return err
+		}
+		if z.inEnd-z.inPos < 4 {
+			return z.truncated()
+		}
+		n := binary.LittleEndian.Uint16(z.in[z.inPos:])
+		nn := binary.LittleEndian.Uint16(z.in[z.inPos+2:])
+		if n != ^nn {
+			return z.corrupt("stored block length check")
+		}
+		z.inPos += 4
+		z.storedLeft = int(n)
+		z.state = stStored
+	case 1:
+		z.lit, z.dist = fixedTables()
+		z.state = stHuffman
+	case 2:
+		if err := z.dynamicTables(); err != nil {
+			return err
+		}
+		z.state = stHuffman
+	default:
+		return z.corrupt("reserved block type")
+	}
+	return nil
+}
+
+// endBlock is called after each block; it records a checkpoint when due.
+func (z *Reader) endBlock() {
+	if z.final {
+		z.state = stTrailer
+		return
+	}
+	z.state = stBlock
+	out := z.outBase + int64(z.op)
+	if z.opts.Span > 0 && z.opts.OnCheckpoint != nil && out-z.lastCP >= z.opts.Span {
+		bit := z.bitOffset()
+		w := z.op - z.hist
+		if w > WindowSize {
+			w = WindowSize
+		}
+		win := make([]byte, w)
+		copy(win, z.out[z.op-w:z.op])
+		z.emit(Checkpoint{Kind: KindBlock, In: bit / 8, Bit: uint8(bit % 8), Out: out, Window: win})
+	}
+}
+
+// emit makes cp the pending checkpoint, reporting the previous one. A
+// checkpoint is held back because a member start at the same offset (after
+// an empty final block) replaces it: it needs no window.
+func (z *Reader) emit(cp Checkpoint) {
+	if z.pending != nil && z.pending.Out == cp.Out && cp.Kind == KindMember {
+		z.pending = nil
+	}
+	z.flushCheckpoint()
+	z.lastCP = cp.Out
+	z.haveCP = true
+	z.pending = &cp
+}
+
+func (z *Reader) flushCheckpoint() {
+	if z.pending != nil {
+		cp := *z.pending
+		z.pending = nil
+		z.opts.OnCheckpoint(cp)
+	}
+}
+
+func (z *Reader) stored(stop int) error {
+	for z.storedLeft > 0 {
+		if z.op >= stop {
+			return nil
+		}
+		if z.inPos == z.inEnd {
+			if err := z.fill(1); err != nil {
+				return err
+			}
+			if z.inPos == z.inEnd {
+				return z.truncated()
+			}
+		}
+		n := min(z.storedLeft, z.inEnd-z.inPos, stop-z.op)
+		copy(z.out[z.op:], z.in[z.inPos:z.inPos+n])
+		z.op += n
+		z.inPos += n
+		z.storedLeft -= n
+	}
+	z.endBlock()
+	return nil
+}
+
+// dynamicTables reads the code length code and the literal/length and
+// distance code lengths of a dynamic block.
+func (z *Reader) dynamicTables() error {
+	v, err := z.getBits(14)
+	if err != nil {
+		return err
+	}
+	nlit := int(v&0x1f) + 257
+	ndist := int(v>>5&0x1f) + 1
+	nclen := int(v>>10) + 4
+	if nlit > 286 || ndist > 30 {
+		return z.corrupt("too many length or distance codes")
+	}
+	var clens [19]uint8
+	for i := 0; i < nclen; i++ {
+		b, err := z.getBits(3)
+		if err != nil {
+			return err
+		}
+		clens[clenOrder[i]] = uint8(b)
+	}
+	var clTable [1 << clenPrimaryBits]uint32
+	t, err := buildTable(clTable[:0], clens[:], clenPrimaryBits, plainSymbol)
+	if err != nil {
+		return z.corrupt("code length code: %v", err)
+	}
+	lens := z.lens[:nlit+ndist]
+	for i := 0; i < len(lens); {
+		if z.nbits < 16 {
+			if err := z.refillSlow(); err != nil {
+				return err
+			}
+		}
+		e := t[z.bits&(1<<clenPrimaryBits-1)]
+		if e>>12&0xf != kindLiteral {
+			return z.corrupt("invalid code length code")
+		}
+		n := uint(e & 0xff)
+		z.bits >>= n
+		z.nbits -= n
+		if z.overread() {
+			return z.truncated()
+		}
+		sym := e >> 16
+		if sym < 16 {
+			lens[i] = uint8(sym)
+			i++
+			continue
+		}
+		var rep int
+		var val uint8
+		switch sym {
+		case 16:
+			if i == 0 {
+				return z.corrupt("repeat with no previous length")
+			}
+			b, err := z.getBits(2)
+			if err != nil {
+				return err
+			}
+			rep, val = 3+int(b), lens[i-1]
+		case 17:
+			b, err := z.getBits(3)
+			if err != nil {
+				return err
+			}
+			rep = 3 + int(b)
+		default:
+			b, err := z.getBits(7)
+			if err != nil {
+				return err
+			}
+			rep = 11 + int(b)
+		}
+		if i+rep > len(lens) {
+			return z.corrupt("code lengths overflow")
+		}
+		for ; rep > 0; rep-- {
+			lens[i] = val
+			i++
+		}
+	}
+	if lens[256] == 0 {
+		return z.corrupt("no end-of-block code")
+	}
+	if z.dynLit, err = buildTable(z.dynLit, lens[:nlit], litPrimaryBits, litlenSymbol); err != nil {
+		return z.corrupt("literal/length code: %v", err)
+	}
+	if z.dynDist, err = buildTable(z.dynDist, lens[nlit:], distPrimaryBits, distSymbol); err != nil {
+		return z.corrupt("distance code: %v", err)
+	}
+	z.lit, z.dist = z.dynLit, z.dynDist
+	return nil
+}
+
+var clenOrder = [19]int{16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15}
+
+var fixedLit, fixedDist []uint32
+
+func init() {
+	var lens [288]uint8
+	for i := range lens {
+		switch {
+		case i < 144:
+			lens[i] = 8
+		case i < 256:
+			lens[i] = 9
+		case i < 280:
+			lens[i] = 7
+		default:
+			lens[i] = 8
+		}
+	}
+	var err error
+	if fixedLit, err = buildTable(nil, lens[:], litPrimaryBits, litlenSymbol); err != nil {
+		panic(err)
+	}
+	var dl [30]uint8
+	for i := range dl {
+		dl[i] = 5
+	}
+	if fixedDist, err = buildTable(nil, dl[:], distPrimaryBits, distSymbol); err != nil {
+		panic(err)
+	}
+}
+
+func fixedTables() ([]uint32, []uint32) { return fixedLit, fixedDist }
+
+// huffman decodes symbols of a Huffman block until the block ends or the
+// output reaches stop. The hot loop keeps the bit buffer in locals.
+func (z *Reader) huffman(stop int) error {
+	bits, nbits := z.bits, z.nbits
+	in, inPos, inEnd := z.in, z.inPos, z.inEnd
+	out, op := z.out, z.op
+	lit, dist := z.lit, z.dist
+	hist, virt := z.hist, z.virt
+	const litMask = 1<<litPrimaryBits - 1
+	const distMask = 1<<distPrimaryBits - 1
+	save := func() {
+		z.bits, z.nbits, z.inPos, z.op = bits, nbits, inPos, op
+	}
+	for op < stop {
+		if nbits < 48 {
+			if inPos+8 <= inEnd {
+				bits |= binary.LittleEndian.Uint64(in[inPos:]) << nbits
+				inPos += int(63-nbits) >> 3
+				nbits |= 56
+			} else {
+				save()
+				if err := z.refillSlow(); err != nil {
+					return err
+				}
+				bits, nbits, virt = z.bits, z.nbits, z.virt
+				in, inPos, inEnd = z.in, z.inPos, z.inEnd
+			}
+		}
+		e := lit[bits&litMask]
+		if e>>12&0xf == kindSub {
+			e = lit[e>>16+uint32(bits>>litPrimaryBits)&(1<<(e&0xff)-1)]
+		}
+		switch e >> 12 & 0xf {
+		case kindLiteral:
+			bits >>= e & 0xff
+			nbits -= uint(e & 0xff)
+			if nbits < virt {
+				save()
+				return z.truncated()
+			}
+			out[op] = byte(e >> 16)
+			op++
+			continue
+		case kindLength:
+		case kindEnd:
+			bits >>= e & 0xff
+			nbits -= uint(e & 0xff)
+			save()
+			if z.overread() {
+				return z.truncated()
+			}
+			z.endBlock()
+			return nil
+		default:
+			save()
+			return z.corrupt("invalid literal/length code")
+		}
+		total := e & 0xff
+		clen := e >> 8 & 0xf
+		length := int(e>>16 + uint32(bits>>clen)&(1<<(total-clen)-1))
+		bits >>= total
+		nbits -= uint(total)
+
+		d := dist[bits&distMask]
+		if d>>12&0xf == kindSub {
+			d = dist[d>>16+uint32(bits>>distPrimaryBits)&(1<<(d&0xff)-1)]
+		}
+		if d>>12&0xf != kindDist {
+			save()
+			return z.corrupt("invalid distance code")
+		}
+		total = d & 0xff
+		clen = d >> 8 & 0xf
+		distance := int(d>>16 + uint32(bits>>clen)&(1<<(total-clen)-1))
+		bits >>= total
+		nbits -= uint(total)
+		if nbits < virt {
+			save()
+			return z.truncated()
+		}
+		if distance > op-hist {
+			save()
+			return z.corrupt("distance %d too far back", distance)
+		}
+		src := op - distance
+		if length <= distance {
+			copy(out[op:op+length], out[src:src+length])
+			op += length
+			continue
+		}
+		end := op + length
+		for op < end {
+			op += copy(out[op:end], out[src:op])
+		}
+	}
+	save()
+	if z.overread() {
+		return z.truncated()
+	}
+	return nil
+}

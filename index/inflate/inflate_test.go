@@ -1,0 +1,412 @@
+package inflate
+
+import (
+	"bytes"
+	stdgzip "compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os/exec"
+	"testing"
+
+	kgzip "github.com/klauspost/compress/gzip"
+)
+
+// sample returns deterministic test data of the given kind.
+func sample(kind string, n int) []byte {
+	r := rand.New(rand.NewPCG(uint64(n), uint64(len(kind))))
+	b := make([]byte, n)
+	switch kind {
+	case "random":
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+	case "zeros":
+	case "text":
+		words := []string{"tar", "mount", "gzip", "window", "checkpoint", "the", "a", "of", "span", "inflate", "\n", "lazy", "remote", "index", "0123456789"}
+		var buf bytes.Buffer
+		for buf.Len() < n {
+			buf.WriteString(words[r.IntN(len(words))])
+			buf.WriteByte(' ')
+		}
+		copy(b, buf.Bytes())
+	case "mixed":
+		// Runs of random, repeated and text bytes, with far matches.
+		for i := 0; i < n; {
+			k := min(n-i, 1+r.IntN(20000))
+			switch r.IntN(4) {
+			case 0:
+				for j := 0; j < k; j++ {
+					b[i+j] = byte(r.Uint32())
+				}
+			case 1:
+				c := byte(r.Uint32())
+				for j := 0; j < k; j++ {
+					b[i+j] = c
+				}
+			case 2:
+				if i > 0 {
+					src := r.IntN(i)
+					for j := 0; j < k; j++ {
+						b[i+j] = b[src+j%(i-src)]
+					}
+				}
+			default:
+				copy(b[i:i+k], sample("text", k))
+			}
+			i += k
+		}
+	default:
+		panic(kind)
+	}
+	return b
+}
+
+type compressor struct {
+	name string
+	fn   func(t testing.TB, data []byte) []byte
+}
+
+func stdLevel(level int) func(testing.TB, []byte) []byte {
+	return func(t testing.TB, data []byte) []byte {
+		var buf bytes.Buffer
+		w, err := stdgzip.NewWriterLevel(&buf, level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+		w.Close()
+		return buf.Bytes()
+	}
+}
+
+func klauspostLevel(level int) func(testing.TB, []byte) []byte {
+	return func(t testing.TB, data []byte) []byte {
+		var buf bytes.Buffer
+		w, err := kgzip.NewWriterLevel(&buf, level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+		w.Close()
+		return buf.Bytes()
+	}
+}
+
+// multiMember gzips pieces of data separately and concatenates them, as
+// pigz --independent and concatenated .gz files do.
+func multiMember(piece int) func(testing.TB, []byte) []byte {
+	return func(t testing.TB, data []byte) []byte {
+		var out bytes.Buffer
+		for i := 0; i < len(data) || i == 0; i += piece {
+			out.Write(stdLevel(6)(t, data[i:min(i+piece, len(data))]))
+		}
+		return out.Bytes()
+	}
+}
+
+func command(name string, args ...string) func(testing.TB, []byte) []byte {
+	return func(t testing.TB, data []byte) []byte {
+		if _, err := exec.LookPath(name); err != nil {
+			t.Skipf("%s not installed", name)
+		}
+		cmd := exec.Command(name, args...)
+		cmd.Stdin = bytes.NewReader(data)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return out
+	}
+}
+
+var compressors = []compressor{
+	{"std-0", stdLevel(0)},
+	{"std-1", stdLevel(1)},
+	{"std-6", stdLevel(6)},
+	{"std-9", stdLevel(9)},
+	{"std-huffman", stdLevel(stdgzip.HuffmanOnly)},
+	{"klauspost-1", klauspostLevel(1)},
+	{"klauspost-5", klauspostLevel(5)},
+	{"klauspost-9", klauspostLevel(9)},
+	{"multi-member", multiMember(100 << 10)},
+	{"gzip-cli", command("gzip", "-c", "-6")},
+	{"gzip-cli-1", command("gzip", "-c", "-1")},
+	{"pigz", command("pigz", "-c", "-p", "2", "-b", "128")},
+	{"pigz-independent", command("pigz", "-c", "-p", "2", "-i", "-b", "64")},
+}
+
+func decodeAll(t testing.TB, comp []byte, opts Options) []byte {
+	t.Helper()
+	got, err := io.ReadAll(NewReader(bytes.NewReader(comp), opts))
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	return got
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, kind := range []string{"random", "zeros", "text", "mixed"} {
+		for _, size := range []int{0, 1, 1000, 3 << 20} {
+			data := sample(kind, size)
+			for _, c := range compressors {
+				t.Run(fmt.Sprintf("%s/%d/%s", kind, size, c.name), func(t *testing.T) {
+					comp := c.fn(t, data)
+					got := decodeAll(t, comp, Options{})
+					if !bytes.Equal(got, data) {
+						t.Fatalf("got %d bytes, want %d (first difference at %d)", len(got), len(data), firstDiff(got, data))
+					}
+				})
+			}
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func collect(t testing.TB, comp []byte, span int64) ([]Checkpoint, []byte) {
+	var cps []Checkpoint
+	got := decodeAll(t, comp, Options{Span: span, OnCheckpoint: func(cp Checkpoint) { cps = append(cps, cp) }})
+	return cps, got
+}
+
+// TestResume resumes at every checkpoint and checks the bytes that follow,
+// up to the next checkpoint and across it.
+func TestResume(t *testing.T) {
+	data := sample("mixed", 6<<20)
+	for _, c := range compressors {
+		t.Run(c.name, func(t *testing.T) {
+			comp := c.fn(t, data)
+			cps, got := collect(t, comp, 256<<10)
+			if !bytes.Equal(got, data) {
+				t.Fatal("sequential decode differs")
+			}
+			if len(cps) < 3 {
+				t.Fatalf("got %d checkpoints, want at least 3", len(cps))
+			}
+			if cps[0].Kind != KindMember || cps[0].In != 0 || cps[0].Out != 0 {
+				t.Fatalf("first checkpoint %+v, want member start at 0", cps[0])
+			}
+			for i, cp := range cps {
+				if i > 0 && cp.Out-cps[i-1].Out < 256<<10 {
+					t.Errorf("checkpoint %d at %d: only %d bytes after the previous", i, cp.Out, cp.Out-cps[i-1].Out)
+				}
+				end := int64(len(data))
+				if i+1 < len(cps) {
+					end = cps[i+1].Out
+				}
+				// Exactly one span, with a limit, as span reads do.
+				z, err := NewReaderAt(bytes.NewReader(comp[cp.In:]), cp, Options{Limit: end - cp.Out})
+				if err != nil {
+					t.Fatal(err)
+				}
+				span, err := io.ReadAll(z)
+				if err != nil {
+					t.Fatalf("checkpoint %d (%+v): %v", i, cp.Out, err)
+				}
+				if !bytes.Equal(span, data[cp.Out:end]) {
+					t.Fatalf("checkpoint %d: span differs at %d", i, firstDiff(span, data[cp.Out:end]))
+				}
+				// Only the compressed bytes up to the next checkpoint are needed.
+				if i+1 < len(cps) {
+					next := cps[i+1]
+					need := next.In + 1
+					z, err := NewReaderAt(bytes.NewReader(comp[cp.In:need]), cp, Options{Limit: end - cp.Out})
+					if err != nil {
+						t.Fatal(err)
+					}
+					span, err := io.ReadAll(z)
+					if err != nil || !bytes.Equal(span, data[cp.Out:end]) {
+						t.Fatalf("checkpoint %d with exact compressed range: err %v, equal %v", i, err, bytes.Equal(span, data[cp.Out:end]))
+					}
+				}
+				// Unbounded, to the end of the stream (crossing members).
+				if i%3 == 0 {
+					z, _ := NewReaderAt(bytes.NewReader(comp[cp.In:]), cp, Options{})
+					rest, err := io.ReadAll(z)
+					if err != nil || !bytes.Equal(rest, data[cp.Out:]) {
+						t.Fatalf("checkpoint %d to the end: err %v, equal %v", i, err, bytes.Equal(rest, data[cp.Out:]))
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestMultiMemberCheckpoints(t *testing.T) {
+	data := sample("text", 4<<20)
+	comp := multiMember(1 << 20)(t, data)
+	cps, _ := collect(t, comp, 1<<20)
+	members := 0
+	for _, cp := range cps {
+		if cp.Kind == KindMember {
+			members++
+			if cp.Window != nil || cp.Bit != 0 {
+				t.Errorf("member checkpoint %+v has a window or bit offset", cp.Out)
+			}
+			if comp[cp.In] != 0x1f || comp[cp.In+1] != 0x8b {
+				t.Errorf("member checkpoint at %d does not point at a gzip header", cp.In)
+			}
+		}
+	}
+	if members != 4 {
+		t.Errorf("got %d member checkpoints, want 4", members)
+	}
+}
+
+func TestTruncated(t *testing.T) {
+	data := sample("mixed", 300<<10)
+	comp := stdLevel(6)(t, data)
+	for cut := 0; cut < len(comp); cut += 1 + cut/50 {
+		got, err := io.ReadAll(NewReader(bytes.NewReader(comp[:cut]), Options{}))
+		if err == nil {
+			t.Fatalf("cut at %d of %d: no error", cut, len(comp))
+		}
+		if cut > 0 && !errors.Is(err, ErrTruncated) {
+			t.Fatalf("cut at %d: got %v, want ErrTruncated", cut, err)
+		}
+		if !bytes.Equal(got, data[:len(got)]) {
+			t.Fatalf("cut at %d: returned bytes differ from the data", cut)
+		}
+	}
+}
+
+func TestCorrupt(t *testing.T) {
+	data := sample("mixed", 200<<10)
+	comp := stdLevel(6)(t, data)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 500; i++ {
+		bad := bytes.Clone(comp)
+		pos := 10 + r.IntN(len(bad)-10)
+		bad[pos] ^= byte(1 + r.IntN(255))
+		got, err := io.ReadAll(NewReader(bytes.NewReader(bad), Options{}))
+		if err == nil && !bytes.Equal(got, data) {
+			t.Fatalf("flip at %d: no error but wrong bytes", pos)
+		}
+	}
+}
+
+func TestNotGzip(t *testing.T) {
+	for _, in := range [][]byte{nil, []byte("x"), []byte("hello, this is not gzip"), make([]byte, 1024)} {
+		_, err := io.ReadAll(NewReader(bytes.NewReader(in), Options{}))
+		if !errors.Is(err, ErrNotGzip) {
+			t.Errorf("input %q: got %v, want ErrNotGzip", in[:min(len(in), 8)], err)
+		}
+	}
+}
+
+func TestTrailingGarbage(t *testing.T) {
+	data := sample("text", 10000)
+	comp := append(stdLevel(6)(t, data), make([]byte, 4096)...)
+	z := NewReader(bytes.NewReader(comp), Options{})
+	got, err := io.ReadAll(z)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("got err %v, equal %v", err, bytes.Equal(got, data))
+	}
+	if !z.Trailing() {
+		t.Error("Trailing() = false, want true")
+	}
+}
+
+func TestBadChecksum(t *testing.T) {
+	data := sample("text", 10000)
+	comp := stdLevel(6)(t, data)
+	comp[len(comp)-8] ^= 1
+	_, err := io.ReadAll(NewReader(bytes.NewReader(comp), Options{}))
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestDiscardAndLimit(t *testing.T) {
+	data := sample("mixed", 2<<20)
+	comp := stdLevel(6)(t, data)
+	z := NewReader(bytes.NewReader(comp), Options{Limit: 1500000})
+	n, err := z.Discard(1000000)
+	if err != nil || n != 1000000 {
+		t.Fatalf("Discard: %d, %v", n, err)
+	}
+	if z.Offset() != 1000000 {
+		t.Fatalf("Offset() = %d, want 1000000", z.Offset())
+	}
+	rest, err := io.ReadAll(z)
+	if err != nil || !bytes.Equal(rest, data[1000000:1500000]) {
+		t.Fatalf("after discard: err %v, %d bytes", err, len(rest))
+	}
+}
+
+// oneByteReader hands out input one byte at a time, to exercise every
+// refill path.
+type oneByteReader struct{ r io.Reader }
+
+func (o oneByteReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	return o.r.Read(p[:1])
+}
+
+func TestSlowSource(t *testing.T) {
+	data := sample("mixed", 1<<20)
+	for _, c := range compressors[:9] {
+		comp := c.fn(t, data)
+		got, err := io.ReadAll(NewReader(oneByteReader{bytes.NewReader(comp)}, Options{}))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: err %v, equal %v", c.name, err, bytes.Equal(got, data))
+		}
+	}
+}
+
+func FuzzInflate(f *testing.F) {
+	for _, c := range compressors[:9] {
+		f.Add(c.fn(f, sample("mixed", 5000)))
+	}
+	f.Add(stdLevel(6)(f, sample("zeros", 100000)))
+	f.Fuzz(func(t *testing.T, comp []byte) {
+		want, wantErr := io.ReadAll(mustStd(comp))
+		var cps []Checkpoint
+		z := NewReader(bytes.NewReader(comp), Options{Span: 1000, OnCheckpoint: func(cp Checkpoint) { cps = append(cps, cp) }})
+		got, err := io.ReadAll(z)
+		if wantErr == nil && len(want) > 0 {
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("stdlib decodes %d bytes; we got %d bytes, err %v", len(want), len(got), err)
+			}
+		}
+		if err == nil && wantErr != nil && !z.Trailing() && len(comp) > 0 {
+			t.Fatalf("stdlib fails (%v) but we decoded %d bytes", wantErr, len(got))
+		}
+		if err != nil {
+			return
+		}
+		for _, cp := range cps {
+			z, err := NewReaderAt(bytes.NewReader(comp[cp.In:]), cp, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rest, err := io.ReadAll(z)
+			if err != nil || !bytes.Equal(rest, got[cp.Out:]) {
+				t.Fatalf("resume at %d: err %v", cp.Out, err)
+			}
+		}
+	})
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func mustStd(comp []byte) io.Reader {
+	r, err := stdgzip.NewReader(bytes.NewReader(comp))
+	if err != nil {
+		return errReader{err}
+	}
+	return r
+}
