@@ -62,8 +62,14 @@ type Options struct {
 	Span int64
 	// OnCheckpoint receives each checkpoint, in order, synchronously from
 	// the decoding goroutine. The first member start (offset 0) is
-	// always reported when Span > 0.
+	// always reported when Span > 0. A checkpoint may be followed by one
+	// with the same Out, which replaces it: a member start right after an
+	// empty final block needs no window.
 	OnCheckpoint func(Checkpoint)
+	// OnData, if set, sees every decoded byte once, in order, before
+	// Read hands it out, and all bytes before a checkpoint's Out before
+	// that checkpoint is reported. p is valid only during the call.
+	OnData func(p []byte)
 	// Limit, when positive, ends the stream (io.EOF) after that many
 	// bytes of output from the starting point.
 	Limit int64
@@ -129,7 +135,8 @@ type Reader struct {
 	isize    uint32
 	lastCP   int64
 	haveCP   bool
-	pending  *Checkpoint // the latest checkpoint, not yet reported
+	observed int // out[:observed] has been passed to OnData
+	lastKind Kind
 	err      error
 	trailing bool
 }
@@ -159,7 +166,7 @@ func NewReaderAt(r io.Reader, cp Checkpoint, opts Options) (*Reader, error) {
 			return nil, fmt.Errorf("%w: bad checkpoint", ErrCorrupt)
 		}
 		n := copy(z.out, cp.Window)
-		z.op, z.rd, z.crcPos = n, n, n
+		z.op, z.rd, z.crcPos, z.observed = n, n, n, n
 		z.state = stBlock
 		if err := z.fill(1); err != nil {
 			return nil, err
@@ -272,14 +279,15 @@ func (z *Reader) more() error {
 		return z.err
 	}
 	if z.state == stDone {
-		z.flushCheckpoint()
 		z.err = io.EOF
 		return z.err
 	}
 	if z.op >= WindowSize+chunkSize {
 		z.slide()
 	}
-	if err := z.decode(); err != nil {
+	err := z.decode()
+	z.observe()
+	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
@@ -305,6 +313,7 @@ func (z *Reader) slide() {
 	z.op -= shift
 	z.rd -= shift
 	z.crcPos -= shift
+	z.observed -= shift
 	z.hist -= shift
 	if z.hist < 0 {
 		z.hist = 0
@@ -539,7 +548,7 @@ func (z *Reader) header() error {
 		}
 	}
 	out := z.outBase + int64(z.op)
-	due := !z.haveCP || out-z.lastCP >= z.opts.Span || z.pending != nil && z.pending.Out == out
+	due := !z.haveCP || out-z.lastCP >= z.opts.Span || out == z.lastCP && z.lastKind == KindBlock
 	if z.opts.Span > 0 && z.opts.OnCheckpoint != nil && due {
 		z.emit(Checkpoint{Kind: KindMember, In: start, Out: out})
 	}
@@ -678,25 +687,20 @@ func (z *Reader) endBlock() {
 	}
 }
 
-// emit makes cp the pending checkpoint, reporting the previous one. A
-// checkpoint is held back because a member start at the same offset (after
-// an empty final block) replaces it: it needs no window.
 func (z *Reader) emit(cp Checkpoint) {
-	if z.pending != nil && z.pending.Out == cp.Out && cp.Kind == KindMember {
-		z.pending = nil
-	}
-	z.flushCheckpoint()
+	z.observe()
 	z.lastCP = cp.Out
 	z.haveCP = true
-	z.pending = &cp
+	z.lastKind = cp.Kind
+	z.opts.OnCheckpoint(cp)
 }
 
-func (z *Reader) flushCheckpoint() {
-	if z.pending != nil {
-		cp := *z.pending
-		z.pending = nil
-		z.opts.OnCheckpoint(cp)
+// observe passes newly decoded output to OnData.
+func (z *Reader) observe() {
+	if z.opts.OnData != nil && z.observed < z.op {
+		z.opts.OnData(z.out[z.observed:z.op])
 	}
+	z.observed = z.op
 }
 
 func (z *Reader) stored(stop int) error {

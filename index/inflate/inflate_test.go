@@ -174,7 +174,7 @@ func firstDiff(a, b []byte) int {
 
 func collect(t testing.TB, comp []byte, span int64) ([]Checkpoint, []byte) {
 	var cps []Checkpoint
-	got := decodeAll(t, comp, Options{Span: span, OnCheckpoint: func(cp Checkpoint) { cps = append(cps, cp) }})
+	got := decodeAll(t, comp, Options{Span: span, OnCheckpoint: func(cp Checkpoint) { cps = appendCheckpoint(cps, cp) }})
 	return cps, got
 }
 
@@ -373,7 +373,7 @@ func FuzzInflate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, comp []byte) {
 		want, wantErr := io.ReadAll(mustStd(comp))
 		var cps []Checkpoint
-		z := NewReader(bytes.NewReader(comp), Options{Span: 1000, OnCheckpoint: func(cp Checkpoint) { cps = append(cps, cp) }})
+		z := NewReader(bytes.NewReader(comp), Options{Span: 1000, OnCheckpoint: func(cp Checkpoint) { cps = appendCheckpoint(cps, cp) }})
 		got, err := io.ReadAll(z)
 		if wantErr == nil && len(want) > 0 {
 			if err != nil || !bytes.Equal(got, want) {
@@ -409,4 +409,34 @@ func mustStd(comp []byte) io.Reader {
 		return errReader{err}
 	}
 	return r
+}
+
+// appendCheckpoint applies the replacement rule of Options.OnCheckpoint.
+func appendCheckpoint(cps []Checkpoint, cp Checkpoint) []Checkpoint {
+	if n := len(cps); n > 0 && cps[n-1].Out == cp.Out {
+		cps[n-1] = cp
+		return cps
+	}
+	return append(cps, cp)
+}
+
+// TestOnData checks that OnData sees every byte in order, and all bytes
+// before a checkpoint when the checkpoint is reported.
+func TestOnData(t *testing.T) {
+	data := sample("mixed", 3<<20)
+	comp := multiMember(700 << 10)(t, data)
+	var seen []byte
+	z := NewReader(bytes.NewReader(comp), Options{
+		Span:   300 << 10,
+		OnData: func(p []byte) { seen = append(seen, p...) },
+		OnCheckpoint: func(cp Checkpoint) {
+			if int64(len(seen)) != cp.Out {
+				t.Errorf("checkpoint at %d reported after %d bytes of data", cp.Out, len(seen))
+			}
+		},
+	})
+	got, err := io.ReadAll(z)
+	if err != nil || !bytes.Equal(got, data) || !bytes.Equal(seen, data) {
+		t.Fatalf("err %v, read equal %v, seen equal %v", err, bytes.Equal(got, data), bytes.Equal(seen, data))
+	}
 }
