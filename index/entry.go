@@ -84,7 +84,7 @@ type Entry struct {
 	// Sparse is true when the file has a sparse map (Index.Sparse).
 	Sparse bool
 
-	xattrFirst, xattrCount uint32 // range in Index.xattrs
+	xattrFirst, xattrCount   uint32 // range in Index.xattrs
 	sparseFirst, sparseCount uint32 // range in Index.sparse
 }
 

@@ -243,7 +243,7 @@ func TestResume(t *testing.T) {
 
 func TestMultiMemberCheckpoints(t *testing.T) {
 	data := sample("text", 4<<20)
-	comp := multiMember(1 << 20)(t, data)
+	comp := multiMember(1<<20)(t, data)
 	cps, _ := collect(t, comp, 1<<20)
 	members := 0
 	for _, cp := range cps {
@@ -424,7 +424,7 @@ func appendCheckpoint(cps []Checkpoint, cp Checkpoint) []Checkpoint {
 // before a checkpoint when the checkpoint is reported.
 func TestOnData(t *testing.T) {
 	data := sample("mixed", 3<<20)
-	comp := multiMember(700 << 10)(t, data)
+	comp := multiMember(700<<10)(t, data)
 	var seen []byte
 	z := NewReader(bytes.NewReader(comp), Options{
 		Span:   300 << 10,
