@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need, and only what is missing:
+#   fusermount3 (fuse3), pigz, bsdtar (libarchive-tools), setfattr/getfattr (attr),
+#   curl, GNU tar and gzip; then downloads the Go modules.
+# Idempotent and quiet on success; on failure it prints the installer's output
+# and exits (or returns, when sourced) non-zero.
+#
+#   bash scripts/deps.sh        # run
+#   source scripts/deps.sh      # or source it from another bash script
+
+tarmount_deps() (
+	set -euo pipefail
+	local root
+	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+	# command -> Debian package
+	local -A pkg_of=(
+		[fusermount3]=fuse3
+		[pigz]=pigz
+		[bsdtar]=libarchive-tools
+		[setfattr]=attr
+		[getfattr]=attr
+		[curl]=curl
+		[tar]=tar
+		[gzip]=gzip
+	)
+	local -a missing=()
+	local cmd p
+	for cmd in "${!pkg_of[@]}"; do
+		if ! command -v "$cmd" >/dev/null 2>&1; then
+			p="${pkg_of[$cmd]}"
+			[[ " ${missing[*]-} " == *" $p "* ]] || missing+=("$p")
+		fi
+	done
+
+	if ((${#missing[@]})); then
+		local sudo=()
+		if ((EUID != 0)); then
+			if command -v sudo >/dev/null 2>&1; then
+				sudo=(sudo)
+			else
+				echo "deps.sh: need root (or sudo) to install: ${missing[*]}" >&2
+				return 1
+			fi
+		fi
+		if ! command -v apt-get >/dev/null 2>&1; then
+			echo "deps.sh: apt-get not found; install these packages by hand: ${missing[*]}" >&2
+			return 1
+		fi
+		local log
+		log="$(mktemp)"
+		# One apt-get update, then one install of everything missing.
+		if ! "${sudo[@]}" apt-get update -q >"$log" 2>&1 ||
+			! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1; then
+			cat "$log" >&2
+			rm -f "$log"
+			echo "deps.sh: installing ${missing[*]} failed" >&2
+			return 1
+		fi
+		rm -f "$log"
+		for cmd in "${!pkg_of[@]}"; do
+			if ! command -v "$cmd" >/dev/null 2>&1; then
+				echo "deps.sh: $cmd still missing after installing ${pkg_of[$cmd]}" >&2
+				return 1
+			fi
+		done
+	fi
+
+	if ! command -v go >/dev/null 2>&1; then
+		echo "deps.sh: go not found in PATH" >&2
+		return 1
+	fi
+	cd "$root"
+	local out
+	if ! out="$(go mod download 2>&1)"; then
+		printf '%s\n' "$out" >&2
+		echo "deps.sh: go mod download failed" >&2
+		return 1
+	fi
+)
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	tarmount_deps
+	exit $?
+else
+	tarmount_deps
+	return $?
+fi

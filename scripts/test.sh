@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run call exactly this):
+#   installs what is missing (scripts/deps.sh), detaches leftover test mounts,
+#   runs go vet and the whole test suite under the race detector, detaches
+#   leftovers again, and exits with go test's status.
+#
+# Test mounts are recognised by their filesystem type: tests mount with
+# MountOptions.Name = "tarmount-test", which /proc/mounts shows as
+# "fuse.tarmount-test". Nothing else is touched. On CI (CI=true) or with
+# TARMOUNT_DETACH_ALL=1 every such mount is detached; otherwise only the dead
+# ones (the mountpoint does not answer stat within 10 s), so that test runs of
+# other sessions on a shared machine keep their live mounts.
+#
+# Extra arguments go to go test, e.g. bash scripts/test.sh -run TestMount -v
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/deps.sh
+
+test_fstype="fuse.tarmount-test"
+
+detach_all=0
+if [[ "${CI:-}" == "true" || "${TARMOUNT_DETACH_ALL:-}" == "1" ]]; then
+	detach_all=1
+fi
+
+# detach_leftovers lazily unmounts leftover mounts of type $test_fstype,
+# deepest first.
+detach_leftovers() {
+	[[ -r /proc/mounts ]] || return 0
+	local -a mnts=()
+	local src mnt fstype rest
+	while read -r src mnt fstype rest; do
+		if [[ "$fstype" == "$test_fstype" ]]; then
+			# /proc/mounts escapes space, tab, newline and backslash as \ooo.
+			mnts+=("$(printf '%b' "$mnt")")
+		fi
+	done </proc/mounts
+	local i
+	for ((i = ${#mnts[@]} - 1; i >= 0; i--)); do
+		mnt="${mnts[i]}"
+		if ((!detach_all)) && timeout 10 stat -- "$mnt" >/dev/null 2>&1; then
+			continue # alive: another run's mount
+		fi
+		echo "test.sh: detaching leftover test mount $mnt" >&2
+		fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null ||
+			echo "test.sh: could not detach $mnt" >&2
+	done
+}
+
+detach_leftovers
+trap detach_leftovers EXIT
+
+go vet ./...
+
+status=0
+go test -race -count=1 -timeout 40m "$@" ./... || status=$?
+exit "$status"

@@ -1,0 +1,427 @@
+package corpus
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spec says how Archive builds an archive.
+type Spec struct {
+	// Tool is "gnutar" (GNU tar), "bsdtar" (libarchive) or "go" (Go's
+	// archive/tar, walking the tree in this process).
+	Tool string
+	// Format is "gnu", "posix", "pax" or "ustar". "posix" and "pax" are
+	// the same format (GNU tar's names); bsdtar writes "gnu" as gnutar.
+	Format string
+	// Codec is "none", "gzip" (gzip -6), "pigz" (pigz -6, one member with
+	// pigz's block layout) or "gzip-multi" (the tar cut into MultiPieceSize
+	// pieces, each gzipped, the members concatenated).
+	Codec string
+}
+
+// MultiPieceSize is the size of the uncompressed pieces of "gzip-multi".
+const MultiPieceSize = 1 << 20
+
+// String names the spec for subtests and files: "gnutar-pax-gzip".
+func (s Spec) String() string { return s.Tool + "-" + s.Format + "-" + s.Codec }
+
+// Ext is the usual file name extension for the spec's codec.
+func (s Spec) Ext() string {
+	if s.Codec == "none" || s.Codec == "" {
+		return ".tar"
+	}
+	return ".tar.gz"
+}
+
+// Tools, Formats and Codecs list the values Spec accepts.
+var (
+	Tools   = []string{"gnutar", "bsdtar", "go"}
+	Formats = []string{"gnu", "posix", "pax", "ustar"}
+	Codecs  = []string{"none", "gzip", "pigz", "gzip-multi"}
+)
+
+// TreeOptionsFor returns the TreeOptions that drop what spec cannot store,
+// as found by this package's tests with GNU tar 1.34, bsdtar 3.6 and Go 1.26
+// (see TestRoundTrip, which then compares exactly):
+//
+//   - gnu: no xattrs (bsdtar drops them silently, Go refuses them, and GNU
+//     tar given --xattrs silently writes posix instead, so Archive does not
+//     pass it) and whole-second mtimes. Long names and links (././@LongLink),
+//     big ids (base-256) and devices are fine. GNU tar stores the sparse
+//     file as old GNU sparse ('S'); bsdtar and Go store its holes as data.
+//   - ustar: as gnu, and no long names (ustar splits up to 155+100 bytes),
+//     no ids of 2097152 or more; GNU tar refuses --sparse, so the sparse
+//     file is stored whole; Go refuses non-ASCII names and link targets.
+//   - pax/posix: everything; GNU tar and bsdtar store the sparse file as
+//     GNU.sparse 1.0, Go as data. GNU tar's pax headers carry atime and
+//     ctime, so its archives differ from run to run; Go's do not.
+func TreeOptionsFor(spec Spec) TreeOptions {
+	var o TreeOptions
+	switch spec.Format {
+	case "gnu":
+		o.NoXattrs = true
+		o.NoSubsecond = true
+	case "ustar":
+		o.NoXattrs = true
+		o.NoSubsecond = true
+		o.NoLongNames = true
+		o.NoBigIDs = true
+		o.NoUnicode = spec.Tool == "go"
+	}
+	return o
+}
+
+// Archive packs srcDir into outPath as spec says, with the entries named
+// "./", "./a", "./a/b" like `tar -C srcDir -cf - .` does. It fails the test
+// when the tool reports an error (for example a name too long for ustar).
+// Safe to call from parallel tests.
+func Archive(t testing.TB, srcDir, outPath string, spec Spec) {
+	t.Helper()
+	if err := archive(srcDir, outPath, spec); err != nil {
+		t.Fatalf("corpus: archive %s as %s: %v", srcDir, spec, err)
+	}
+}
+
+func archive(srcDir, outPath string, spec Spec) error {
+	tarPath := outPath
+	if spec.Codec != "none" && spec.Codec != "" {
+		tarPath = outPath + ".tmp.tar"
+		defer os.Remove(tarPath)
+	}
+	if err := writeTar(srcDir, tarPath, spec); err != nil {
+		return err
+	}
+	switch spec.Codec {
+	case "none", "":
+		return nil
+	case "gzip":
+		return compressCLI(tarPath, outPath, "gzip", "-6", "-n", "-c")
+	case "pigz":
+		return compressCLI(tarPath, outPath, "pigz", "-6", "-n", "-c")
+	case "gzip-multi":
+		return gzipMulti(tarPath, outPath, MultiPieceSize)
+	}
+	return fmt.Errorf("unknown codec %q", spec.Codec)
+}
+
+func writeTar(srcDir, tarPath string, spec Spec) error {
+	switch spec.Tool {
+	case "gnutar":
+		format := spec.Format
+		if format == "pax" {
+			format = "posix"
+		}
+		args := []string{"--format=" + format, "--sort=name"}
+		if format != "ustar" {
+			// GNU tar refuses --sparse with ustar ("GNU features wanted
+			// on incompatible archive format").
+			args = append(args, "--sparse")
+		}
+		if format == "posix" {
+			// GNU tar writes xattrs only in pax headers: --xattrs silently
+			// turns --format=gnu or ustar into posix.
+			args = append(args, "--xattrs", "--xattrs-include=*")
+		}
+		return run(tarPath, "tar", append(args, "-C", srcDir, "-cf", "-", ".")...)
+	case "bsdtar":
+		format := spec.Format
+		switch format {
+		case "gnu":
+			format = "gnutar"
+		case "posix":
+			format = "pax"
+		}
+		return run(tarPath, "bsdtar", "--format", format, "--xattrs", "--read-sparse", "-C", srcDir, "-cf", "-", ".")
+	case "go":
+		var f tar.Format
+		switch spec.Format {
+		case "gnu":
+			f = tar.FormatGNU
+		case "posix", "pax":
+			f = tar.FormatPAX
+		case "ustar":
+			f = tar.FormatUSTAR
+		default:
+			return fmt.Errorf("unknown format %q", spec.Format)
+		}
+		out, err := os.Create(tarPath)
+		if err != nil {
+			return err
+		}
+		if err := GoTar(out, srcDir, f); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	}
+	return fmt.Errorf("unknown tool %q", spec.Tool)
+}
+
+// run runs a command with its standard output in outPath. Anything on
+// standard error or a non-zero exit is an error: tar's warnings (a file it
+// could not store whole) matter here.
+func run(outPath, name string, args ...string) error {
+	out, err := os.Create(outPath)
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout = out
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	if stderr.Len() > 0 {
+		return fmt.Errorf("%s %s: warnings: %s", name, strings.Join(args, " "), strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+func compressCLI(inPath, outPath, name string, args ...string) error {
+	in, err := os.Open(inPath)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(outPath)
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = in
+	cmd.Stdout = out
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// gzipMulti writes inPath as concatenated gzip members, one per piece bytes
+// of input (the last may be shorter).
+func gzipMulti(inPath, outPath string, piece int) error {
+	in, err := os.Open(inPath)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(outPath)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, piece)
+	zw, _ := gzip.NewWriterLevel(io.Discard, 6)
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			zw.Reset(out)
+			if _, err := zw.Write(buf[:n]); err != nil {
+				out.Close()
+				return err
+			}
+			if err := zw.Close(); err != nil {
+				out.Close()
+				return err
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			return rerr
+		}
+	}
+	return out.Close()
+}
+
+// GoTar writes srcDir to w as a tar stream in the given format with Go's
+// archive/tar: entries in lexical order named "./", "./dir/", "./file";
+// the second and later names of an inode as TypeLink; symlinks, fifos and
+// devices; uid/gid without names; user.* xattrs as SCHILY.xattr PAX records
+// (an error for formats other than PAX, as is anything else the format
+// cannot hold, such as a long name in ustar). Sparse files are written with
+// their holes as data. Whole-second formats get truncated mtimes. It does
+// not close w.
+func GoTar(w io.Writer, srcDir string, format tar.Format) error {
+	tw := tar.NewWriter(w)
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]string{}
+	err := filepath.WalkDir(srcDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(srcDir, p)
+		if err != nil {
+			return err
+		}
+		name := "./"
+		if rel != "." {
+			name = "./" + filepath.ToSlash(rel)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return &os.PathError{Op: "lstat", Path: p, Err: err}
+		}
+		mtime := time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+		if format != tar.FormatPAX {
+			mtime = mtime.Truncate(time.Second)
+		}
+		hdr := &tar.Header{
+			Name:    name,
+			Mode:    int64(st.Mode & 0o7777),
+			Uid:     int(st.Uid),
+			Gid:     int(st.Gid),
+			ModTime: mtime,
+			Format:  format,
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			hdr.Typeflag = tar.TypeDir
+			if !strings.HasSuffix(hdr.Name, "/") {
+				hdr.Name += "/"
+			}
+		case unix.S_IFREG:
+			key := inode{st.Dev, st.Ino}
+			if first, ok := seen[key]; ok && st.Nlink > 1 {
+				hdr.Typeflag = tar.TypeLink
+				hdr.Linkname = first
+			} else {
+				hdr.Typeflag = tar.TypeReg
+				hdr.Size = st.Size
+				if st.Nlink > 1 {
+					seen[key] = name
+				}
+			}
+		case unix.S_IFLNK:
+			hdr.Typeflag = tar.TypeSymlink
+			if hdr.Linkname, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case unix.S_IFIFO:
+			hdr.Typeflag = tar.TypeFifo
+		case unix.S_IFCHR, unix.S_IFBLK:
+			hdr.Typeflag = tar.TypeChar
+			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+				hdr.Typeflag = tar.TypeBlock
+			}
+			hdr.Devmajor = int64(unix.Major(st.Rdev))
+			hdr.Devminor = int64(unix.Minor(st.Rdev))
+		default:
+			return fmt.Errorf("%s: cannot archive file type %#o", p, st.Mode&unix.S_IFMT)
+		}
+		xattrs, err := userXattrs(p)
+		if err != nil {
+			return err
+		}
+		if len(xattrs) > 0 {
+			if format != tar.FormatPAX {
+				return fmt.Errorf("%s: has xattrs, which %v cannot store", p, format)
+			}
+			hdr.PAXRecords = map[string]string{}
+			for k, v := range xattrs {
+				hdr.PAXRecords["SCHILY.xattr."+k] = v
+			}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if hdr.Typeflag == tar.TypeReg && hdr.Size > 0 {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// userXattrs returns the user.* xattrs of p without following symlinks.
+func userXattrs(p string) (map[string]string, error) {
+	sz, err := unix.Llistxattr(p, nil)
+	if errors.Is(err, unix.ENOTSUP) || sz == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "llistxattr", Path: p, Err: err}
+	}
+	buf := make([]byte, sz)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		return nil, &os.PathError{Op: "llistxattr", Path: p, Err: err}
+	}
+	out := map[string]string{}
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if !strings.HasPrefix(name, "user.") {
+			continue
+		}
+		vsz, err := unix.Lgetxattr(p, name, nil)
+		if err != nil {
+			return nil, &os.PathError{Op: "lgetxattr " + name, Path: p, Err: err}
+		}
+		v := make([]byte, vsz)
+		n, err := unix.Lgetxattr(p, name, v)
+		if err != nil {
+			return nil, &os.PathError{Op: "lgetxattr " + name, Path: p, Err: err}
+		}
+		out[name] = string(v[:n])
+	}
+	return out, nil
+}
+
+// Extract unpacks archive into dir (created if missing) with GNU tar,
+// restoring owners, modes, xattrs and times: the reference tree. GNU tar
+// detects the compression itself. It fails the test on any error.
+func Extract(t testing.TB, archive, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("corpus: %v", err)
+	}
+	var stderr bytes.Buffer
+	// --delay-directory-restore: bsdtar writes a directory's subdirectory
+	// entries before their contents (breadth first), and GNU tar would
+	// otherwise set a directory's mtime before it is done writing into it.
+	// --warning=no-unknown-keyword: bsdtar writes each xattr twice, as
+	// SCHILY.xattr (which GNU tar restores) and LIBARCHIVE.xattr.
+	cmd := exec.Command("tar", "-x", "--xattrs", "--xattrs-include=*", "--same-owner", "-p", "--numeric-owner",
+		"--delay-directory-restore", "--warning=no-unknown-keyword", "-f", archive, "-C", dir)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("corpus: extract %s: %v: %s", archive, err, strings.TrimSpace(stderr.String()))
+	}
+	if stderr.Len() > 0 {
+		t.Fatalf("corpus: extract %s: warnings: %s", archive, strings.TrimSpace(stderr.String()))
+	}
+}
