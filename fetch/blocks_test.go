@@ -1,0 +1,466 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newTestBlocks(t *testing.T, src Source, opts BlocksOptions) *Blocks {
+	t.Helper()
+	b := NewBlocks(src, opts)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestBlocksReadAt(t *testing.T) {
+	for _, size := range []int{0, 1, 1000, 1023, 1024, 1025, 10*1024 + 123} {
+		for _, workers := range []int{1, 3} {
+			t.Run(fmt.Sprintf("size=%d/workers=%d", size, workers), func(t *testing.T) {
+				t.Parallel()
+				data := randomBytes(size, uint64(size))
+				src := newMemSource(data)
+				b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: workers})
+				require.Equal(t, int64(size), b.Size())
+				require.Same(t, Source(src), b.Source())
+				ctx := t.Context()
+				checkRanges(t, func(p []byte, off int64) (int, error) { return b.ReadAt(ctx, p, off) }, data, 1024, 7)
+
+				n, err := b.ReadAt(ctx, nil, 5)
+				require.NoError(t, err)
+				require.Zero(t, n)
+				_, err = b.ReadAt(ctx, make([]byte, 1), -1)
+				require.ErrorContains(t, err, "negative offset")
+
+				all, err := io.ReadAll(io.NewSectionReader(b.ReaderAt(ctx), 0, b.Size()))
+				require.NoError(t, err)
+				require.True(t, bytes.Equal(data, all))
+				// Each block fetched once: the cache holds the whole object.
+				nblocks := (size + 1023) / 1024
+				require.Len(t, src.reads(), nblocks)
+				require.Equal(t, int64(size), b.Stats().BytesFetched)
+			})
+		}
+	}
+}
+
+func TestBlocksDefaults(t *testing.T) {
+	b := newTestBlocks(t, newMemSource(nil), BlocksOptions{})
+	require.Equal(t, int64(defaultBlockSize), b.blockSize)
+	require.Equal(t, defaultWorkers, b.workers)
+	require.Equal(t, int64(defaultCacheBytes), b.cacheBytes)
+
+	b = newTestBlocks(t, newMemSource(nil), BlocksOptions{BlockSize: 1000, Workers: 5, CacheBytes: 1})
+	require.Equal(t, int64(7*1000), b.cacheBytes, "cache raised to Workers+2 blocks")
+}
+
+// TestBlocksOneFetchPerBlock has 32 readers of the same range: each block
+// is fetched once.
+func TestBlocksOneFetchPerBlock(t *testing.T) {
+	data := randomBytes(10*1024, 1)
+	src := newMemSource(data)
+	src.delay = 20 * time.Millisecond
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 8})
+
+	const readers = 32
+	const off, length = 1000, 2500 // blocks 0 to 3
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	for range readers {
+		wg.Go(func() {
+			p := make([]byte, length)
+			if _, err := b.ReadAt(t.Context(), p, off); err != nil {
+				errs <- err
+				return
+			}
+			if !bytes.Equal(data[off:off+length], p) {
+				errs <- fmt.Errorf("wrong bytes")
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{0, 1024, 2048, 3072}, src.reads())
+	st := b.Stats()
+	require.Equal(t, int64(4), st.Requests)
+	require.Equal(t, int64(readers*4), st.CacheHits+st.CacheMisses)
+
+	_, err := b.ReadAt(t.Context(), make([]byte, length), off)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), b.Stats().Requests, "second read must hit the cache")
+}
+
+func TestBlocksCacheBound(t *testing.T) {
+	const bs = 1024
+	tests := []struct {
+		name       string
+		cacheBytes int64
+		workers    int
+		wantBlocks int64 // blocks the cache holds
+	}{
+		{"6 blocks", 6 * bs, 2, 6},
+		{"6.5 blocks", 6*bs + bs/2, 2, 6},
+		{"raised to workers+2", 1, 2, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const nblocks = 20
+			src := newMemSource(randomBytes(nblocks*bs, 2))
+			b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: tt.workers, CacheBytes: tt.cacheBytes})
+			limit := tt.wantBlocks * bs
+			for i := range int64(nblocks) {
+				_, err := b.ReadAt(t.Context(), make([]byte, 10), i*bs)
+				require.NoError(t, err)
+				st := b.Stats()
+				require.LessOrEqual(t, st.CachedBytes, limit)
+				require.Equal(t, max(0, i+1-tt.wantBlocks), st.Evictions, "after block %d", i)
+			}
+			// The newest blocks are cached, the oldest are not.
+			for i := nblocks - tt.wantBlocks; i < nblocks; i++ {
+				_, err := b.ReadAt(t.Context(), make([]byte, 10), i*bs)
+				require.NoError(t, err)
+			}
+			require.Equal(t, int64(nblocks), b.Stats().Requests)
+			_, err := b.ReadAt(t.Context(), make([]byte, 10), 0)
+			require.NoError(t, err)
+			require.Equal(t, int64(nblocks+1), b.Stats().Requests)
+		})
+	}
+}
+
+// TestBlocksLRU checks that a hit makes a block the last to go.
+func TestBlocksLRU(t *testing.T) {
+	const bs = 1024
+	src := newMemSource(randomBytes(10*bs, 2))
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 1, CacheBytes: 3 * bs})
+	read := func(i int64) {
+		_, err := b.ReadAt(t.Context(), make([]byte, 1), i*bs)
+		require.NoError(t, err)
+	}
+	read(0)
+	read(1)
+	read(2)
+	read(0) // hit: 1 is now the coldest
+	read(3) // evicts 1
+	require.Equal(t, int64(4), b.Stats().Requests)
+	read(0)
+	read(2)
+	read(3)
+	require.Equal(t, int64(4), b.Stats().Requests)
+	read(1)
+	require.Equal(t, int64(5), b.Stats().Requests)
+}
+
+// TestBlocksConcurrentRandom reads random ranges from many goroutines
+// through a cache far smaller than the object, so that buffers are
+// recycled while others read: every byte must still be right.
+func TestBlocksConcurrentRandom(t *testing.T) {
+	const bs = 512
+	data := randomBytes(200*bs+77, 3)
+	src := newMemSource(data)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 4, CacheBytes: 6 * bs})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 0))
+			p := make([]byte, 3*bs)
+			for range 300 {
+				off := r.Int64N(int64(len(data)))
+				n := 1 + r.IntN(len(p))
+				got, err := b.ReadAt(t.Context(), p[:n], off)
+				if err != nil && err != io.EOF {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(data[off:off+int64(got)], p[:got]) {
+					t.Errorf("wrong bytes at %d", off)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.LessOrEqual(t, b.Stats().CachedBytes, int64(6*bs))
+}
+
+// TestBlocksWaiterCancel: a reader whose ctx ends leaves; the fetch goes
+// on for the reader that still waits.
+func TestBlocksWaiterCancel(t *testing.T) {
+	data := randomBytes(4096, 4)
+	src := newMemSource(data)
+	src.gate = make(chan struct{})
+	src.started = make(chan int64, 10)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 2})
+
+	ctxA, cancelA := context.WithCancel(t.Context())
+	errA := make(chan error, 1)
+	go func() {
+		_, err := b.ReadAt(ctxA, make([]byte, 10), 0)
+		errA <- err
+	}()
+	<-src.started
+	resB := make(chan []byte, 1)
+	go func() {
+		p := make([]byte, 10)
+		_, err := b.ReadAt(t.Context(), p, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		resB <- p
+	}()
+	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 2 }, 5*time.Second, time.Millisecond)
+
+	cancelA()
+	require.ErrorIs(t, <-errA, context.Canceled)
+	close(src.gate)
+	require.Equal(t, data[:10], <-resB)
+	_, _, cancelled := src.stats()
+	require.Zero(t, cancelled)
+	require.Equal(t, []int64{0}, src.reads())
+}
+
+// TestBlocksAbandonedFetch: once every waiter has left, a running fetch is
+// cancelled and a queued one never starts.
+func TestBlocksAbandonedFetch(t *testing.T) {
+	data := randomBytes(4096, 5)
+	src := newMemSource(data)
+	src.gate = make(chan struct{})
+	src.started = make(chan int64, 10)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 1})
+
+	// Block 0 runs, block 1 is queued behind it; both readers leave.
+	read := func(ctx context.Context, off int64, errs chan<- error) {
+		_, err := b.ReadAt(ctx, make([]byte, 10), off)
+		errs <- err
+	}
+	ctx0, cancel0 := context.WithCancel(t.Context())
+	ctx1, cancel1 := context.WithCancel(t.Context())
+	errs0, errs1 := make(chan error, 1), make(chan error, 1)
+	go read(ctx0, 0, errs0)
+	require.Equal(t, int64(0), <-src.started)
+	go read(ctx1, 1024, errs1)
+	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 2 }, 5*time.Second, time.Millisecond)
+	cancel1()
+	require.ErrorIs(t, <-errs1, context.Canceled)
+	cancel0()
+	require.ErrorIs(t, <-errs0, context.Canceled)
+	require.Eventually(t, func() bool { _, _, c := src.stats(); return c == 1 }, 5*time.Second, time.Millisecond)
+
+	// A new reader starts a new fetch.
+	close(src.gate)
+	p := make([]byte, 10)
+	_, err := b.ReadAt(t.Context(), p, 2048)
+	require.NoError(t, err)
+	_, err = b.ReadAt(t.Context(), p, 0)
+	require.NoError(t, err)
+	require.Equal(t, data[:10], p)
+	require.Equal(t, []int64{0, 0, 2048}, src.reads(), "block 1 must never be fetched")
+}
+
+func TestBlocksErrorNotCached(t *testing.T) {
+	data := randomBytes(4096, 6)
+	src := newMemSource(data)
+	var mu sync.Mutex
+	failures := 1
+	src.fail = func(off int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if off == 1024 && failures > 0 {
+			failures--
+			return errFake
+		}
+		return nil
+	}
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 2})
+	p := make([]byte, 1500) // blocks 0 and 1
+	n, err := b.ReadAt(t.Context(), p, 100)
+	require.ErrorIs(t, err, errFake)
+	require.Equal(t, 924, n, "the bytes before the failed block")
+	require.Equal(t, data[100:1024], p[:n])
+
+	n, err = b.ReadAt(t.Context(), p, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1500, n)
+	require.Equal(t, data[100:1600], p)
+	require.Equal(t, []int64{0, 1024, 1024}, src.reads())
+}
+
+// shortSource returns fewer bytes than asked without an error, breaking
+// the Source contract.
+type shortSource struct{ memSource }
+
+func (s *shortSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n, _ := s.memSource.ReadAt(ctx, p[:len(p)/2], off)
+	return n, nil
+}
+
+func TestBlocksShortSource(t *testing.T) {
+	src := &shortSource{memSource: memSource{data: randomBytes(100, 1)}}
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 64})
+	_, err := b.ReadAt(t.Context(), make([]byte, 10), 0)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+}
+
+// TestBlocksForegroundFirst: a ReadAt that needs a fetch goes before
+// queued stream read-ahead.
+func TestBlocksForegroundFirst(t *testing.T) {
+	const bs = 1024
+	src := newMemSource(randomBytes(20*bs, 7))
+	src.gate = make(chan struct{})
+	src.started = make(chan int64, 100)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 1})
+
+	s := b.Stream(t.Context(), 0) // requests blocks 0 and 1
+	defer s.Close()
+	require.Equal(t, int64(0), <-src.started)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.ReadAt(t.Context(), make([]byte, 10), 9*bs)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 3 }, 5*time.Second, time.Millisecond)
+	src.gate <- struct{}{}
+	require.Equal(t, int64(9*bs), <-src.started, "the ReadAt fetch must come next")
+	src.gate <- struct{}{}
+	require.NoError(t, <-done)
+	require.Equal(t, int64(bs), <-src.started)
+	close(src.gate)
+}
+
+// TestBlocksUpgrade: a ReadAt joining queued read-ahead moves it ahead of
+// the other read-ahead.
+func TestBlocksUpgrade(t *testing.T) {
+	const bs = 1024
+	src := newMemSource(randomBytes(20*bs, 7))
+	src.gate = make(chan struct{})
+	src.started = make(chan int64, 100)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 3})
+
+	s := b.Stream(t.Context(), 0) // blocks 0-2 run, 3 is queued
+	defer s.Close()
+	s2 := b.Stream(t.Context(), 10*bs) // 10-13 queued
+	defer s2.Close()
+	for range 3 {
+		<-src.started
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.ReadAt(t.Context(), make([]byte, 10), 12*bs)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 9 }, 5*time.Second, time.Millisecond)
+	src.gate <- struct{}{}
+	require.Equal(t, int64(12*bs), <-src.started)
+	close(src.gate)
+	require.NoError(t, <-done)
+}
+
+func TestBlocksClose(t *testing.T) {
+	const bs = 1024
+	data := randomBytes(10*bs, 8)
+	src := newMemSource(data)
+	src.gate = make(chan struct{})
+	src.started = make(chan int64, 100)
+	before := runtime.NumGoroutine()
+	b := NewBlocks(src, BlocksOptions{BlockSize: bs, Workers: 2})
+
+	// One ReadAt waits for a running fetch, one for a queued fetch.
+	errs := make(chan error, 3)
+	for _, off := range []int64{0, bs, 2 * bs} {
+		go func() {
+			_, err := b.ReadAt(t.Context(), make([]byte, 10), off)
+			errs <- err
+		}()
+	}
+	<-src.started
+	<-src.started
+	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 3 }, 5*time.Second, time.Millisecond)
+	s := b.Stream(t.Context(), 5*bs)
+
+	require.NoError(t, b.Close())
+	require.NoError(t, b.Close())
+	for range 3 {
+		require.ErrorIs(t, <-errs, ErrClosed)
+	}
+	active, _, _ := src.stats()
+	require.Zero(t, active, "Close must wait for running fetches")
+	_, err := b.ReadAt(t.Context(), make([]byte, 1), 0)
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = s.Read(make([]byte, 1))
+	require.ErrorIs(t, err, ErrClosed)
+	require.NoError(t, s.Close())
+	_, err = b.Stream(t.Context(), 0).Read(make([]byte, 1))
+	require.ErrorIs(t, err, ErrClosed)
+	require.Zero(t, b.Stats().CachedBytes)
+	waitGoroutines(t, before)
+}
+
+// TestBlocksNoLeak runs a mix of reads, streams and cancellations and
+// checks that Close leaves no goroutine behind.
+func TestBlocksNoLeak(t *testing.T) {
+	const bs = 1024
+	before := runtime.NumGoroutine()
+	data := randomBytes(50*bs, 9)
+	src := newMemSource(data)
+	src.delay = time.Millisecond
+	b := NewBlocks(src, BlocksOptions{BlockSize: bs, Workers: 4, CacheBytes: 8 * bs})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(g)*5*time.Millisecond)
+			defer cancel()
+			s := b.Stream(ctx, int64(g)*5*bs)
+			defer s.Close()
+			io.Copy(io.Discard, s)
+			b.ReadAt(ctx, make([]byte, 5*bs), int64(g)*bs)
+		})
+	}
+	wg.Wait()
+	require.NoError(t, b.Close())
+	active, _, _ := src.stats()
+	require.Zero(t, active)
+	waitGoroutines(t, before)
+}
+
+// waitGoroutines waits until at most want goroutines run.
+func waitGoroutines(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > want {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("got %d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), want, buf)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func BenchmarkReadAtHit(b *testing.B) {
+	src := newMemSource(randomBytes(8<<20, 1))
+	blocks := NewBlocks(src, BlocksOptions{})
+	defer blocks.Close()
+	ctx := context.Background()
+	p := make([]byte, 128<<10)
+	if _, err := blocks.ReadAt(ctx, p, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := blocks.ReadAt(ctx, p, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,352 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	// maxDrainBytes bounds how much of an unwanted body is read so that
+	// its connection can be reused; a longer body closes the connection.
+	maxDrainBytes = 64 << 10
+	userAgent     = "tarmount"
+)
+
+// defaultClient is shared by every source opened without Options.Client,
+// so that they share idle connections.
+var defaultClient = sync.OnceValue(func() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// HTTP/1.1 only: parallel range requests then use separate TCP
+	// connections, which is what hides a per-connection bandwidth cap.
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
+	t.ForceAttemptHTTP2 = false
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	t.DisableCompression = true
+	t.ResponseHeaderTimeout = time.Minute
+	return &http.Client{Transport: t}
+})
+
+// httpSource reads ranges of an HTTP(S) object with conditional GETs.
+// Bytes come as stored: "Accept-Encoding: identity" is sent, so a
+// .tar.gz served with "Content-Encoding: gzip" is not decoded on the way.
+type httpSource struct {
+	// set once
+	client *http.Client
+	url    string // for requests: may hold userinfo and a query
+	name   string // for logs and errors: redacted
+	header http.Header
+	id     Identity
+	// cond is the precondition that pins id: If-Match for a strong ETag,
+	// else If-Unmodified-Since when Last-Modified is known.
+	condKey, condValue string
+	log                *slog.Logger
+}
+
+var _ Source = (*httpSource)(nil)
+
+func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (Source, error) {
+	s := &httpSource{
+		client: opts.Client,
+		url:    u.String(),
+		name:   redactURL(u),
+		header: opts.Header.Clone(),
+		log:    log,
+	}
+	if s.client == nil {
+		s.client = defaultClient()
+	}
+	id, err := s.probe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", s.name, err)
+	}
+	s.id = id
+	switch {
+	case id.ETag != "" && !strings.HasPrefix(id.ETag, "W/"):
+		s.condKey, s.condValue = "If-Match", id.ETag
+	case !id.LastModified.IsZero():
+		s.condKey, s.condValue = "If-Unmodified-Since", id.LastModified.UTC().Format(http.TimeFormat)
+	}
+	log.Debug("open", "src", s.name, "len", id.Size)
+	return s, nil
+}
+
+// probe learns the identity with one GET of the first byte: a 206 carries
+// the size in Content-Range. A 200 (range ignored) gives Content-Length,
+// and a HEAD is the last resort when neither gives a size.
+func (s *httpSource) probe(ctx context.Context) (Identity, error) {
+	req, err := s.newRequest(ctx, http.MethodGet)
+	if err != nil {
+		return Identity{}, err
+	}
+	req.Header.Set("Range", "bytes=0-0")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return Identity{}, classifyTransport(ctx, err)
+	}
+	defer drainClose(resp.Body)
+	id := identityFrom(resp.Header)
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		cr, ok := parseContentRange(resp.Header.Get("Content-Range"))
+		if !ok || cr.first != 0 {
+			return Identity{}, fmt.Errorf("bad Content-Range %q for bytes=0-0", resp.Header.Get("Content-Range"))
+		}
+		if cr.size >= 0 {
+			id.Size = cr.size
+			return id, nil
+		}
+	case http.StatusOK:
+		if strings.EqualFold(strings.TrimSpace(resp.Header.Get("Accept-Ranges")), "none") {
+			return Identity{}, fmt.Errorf("%w (Accept-Ranges: none)", ErrNoRange)
+		}
+		if resp.ContentLength >= 0 {
+			// Some caches answer 200 until they hold the object; range
+			// requests may work later. If not, reads fail with ErrNoRange.
+			s.log.Debug("probe got 200 to a range request", "src", s.name)
+			id.Size = resp.ContentLength
+			return id, nil
+		}
+	case http.StatusRequestedRangeNotSatisfiable:
+		// Some servers answer "bytes=0-0" on an empty object this way.
+		if cr, ok := parseContentRange(resp.Header.Get("Content-Range")); ok && cr.first < 0 && cr.size == 0 {
+			id.Size = 0
+			return id, nil
+		}
+		return Identity{}, statusError(resp)
+	default:
+		return Identity{}, statusError(resp)
+	}
+	return s.head(ctx, id)
+}
+
+// head completes id with the size from a HEAD reply.
+func (s *httpSource) head(ctx context.Context, id Identity) (Identity, error) {
+	req, err := s.newRequest(ctx, http.MethodHead)
+	if err != nil {
+		return Identity{}, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return Identity{}, classifyTransport(ctx, err)
+	}
+	defer drainClose(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return Identity{}, statusError(resp)
+	}
+	if resp.ContentLength < 0 {
+		return Identity{}, errors.New("server sends no object size (no Content-Range total, no Content-Length)")
+	}
+	hid := identityFrom(resp.Header)
+	if id.ETag == "" {
+		id.ETag = hid.ETag
+	}
+	if id.LastModified.IsZero() {
+		id.LastModified = hid.LastModified
+	}
+	id.Size = resp.ContentLength
+	return id, nil
+}
+
+func identityFrom(h http.Header) Identity {
+	id := Identity{ETag: h.Get("ETag")}
+	if lm := h.Get("Last-Modified"); lm != "" {
+		if t, err := http.ParseTime(lm); err == nil {
+			id.LastModified = t
+		}
+	}
+	return id
+}
+
+// ReadAt fetches p from off with one conditional range request. Bytes
+// reach p only from a 206 reply whose Content-Range, size and validators
+// match the pinned identity.
+func (s *httpSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s at %d: negative offset", s.name, off)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if off >= s.id.Size {
+		return 0, io.EOF
+	}
+	want := int(min(int64(len(p)), s.id.Size-off))
+	n, err := s.readRange(ctx, p[:want], off)
+	if err != nil {
+		return n, fmt.Errorf("read %s at %d: %w", s.name, off, err)
+	}
+	if want < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (s *httpSource) readRange(ctx context.Context, p []byte, off int64) (int, error) {
+	last := off + int64(len(p)) - 1
+	req, err := s.newRequest(ctx, http.MethodGet)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Range", rangeHeader(off, last))
+	if s.condKey != "" {
+		req.Header.Set(s.condKey, s.condValue)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, classifyTransport(ctx, err)
+	}
+	defer drainClose(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+	case http.StatusOK:
+		return 0, fmt.Errorf("%w: got %s to %s", ErrNoRange, resp.Status, rangeHeader(off, last))
+	default:
+		return 0, statusError(resp)
+	}
+	crh := resp.Header.Get("Content-Range")
+	cr, ok := parseContentRange(crh)
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("bad Content-Range %q for %s", crh, rangeHeader(off, last))
+	case cr.size != s.id.Size:
+		return 0, fmt.Errorf("%w: size %d, was %d", ErrChanged, cr.size, s.id.Size)
+	}
+	if err := s.checkValidators(resp.Header); err != nil {
+		return 0, err
+	}
+	if cr.first != off || cr.last != last {
+		return 0, fmt.Errorf("got Content-Range %q for %s", crh, rangeHeader(off, last))
+	}
+	n, err := io.ReadFull(resp.Body, p)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return n, fmt.Errorf("body ended after %d of %d bytes: %w", n, len(p), io.ErrUnexpectedEOF)
+		}
+		return n, fmt.Errorf("body after %d of %d bytes: %w", n, len(p), classifyTransport(ctx, err))
+	}
+	return n, nil
+}
+
+// checkValidators compares a reply's ETag and Last-Modified, when both
+// sides have one, with the pinned identity.
+func (s *httpSource) checkValidators(h http.Header) error {
+	if et := h.Get("ETag"); et != "" && s.id.ETag != "" && et != s.id.ETag {
+		return fmt.Errorf("%w: ETag %s, was %s", ErrChanged, et, s.id.ETag)
+	}
+	if lm := h.Get("Last-Modified"); lm != "" && !s.id.LastModified.IsZero() {
+		if t, err := http.ParseTime(lm); err == nil && !t.Equal(s.id.LastModified) {
+			return fmt.Errorf("%w: Last-Modified %s, was %s", ErrChanged, lm, s.id.LastModified.UTC().Format(http.TimeFormat))
+		}
+	}
+	return nil
+}
+
+func (s *httpSource) newRequest(ctx context.Context, method string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.url, nil)
+	if err != nil {
+		return nil, unwrapURLError(err)
+	}
+	if len(s.header) > 0 {
+		req.Header = s.header.Clone()
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", userAgent)
+	}
+	// Set explicitly, so that no transport decodes what it fetches.
+	req.Header.Set("Accept-Encoding", "identity")
+	return req, nil
+}
+
+func (s *httpSource) Identity() Identity { return s.id }
+
+func (s *httpSource) String() string { return s.name }
+
+// Close does nothing: connections belong to the client.
+func (s *httpSource) Close() error { return nil }
+
+// statusError maps an error status to ErrNotFound, ErrChanged or a
+// *StatusError.
+func statusError(resp *http.Response) error {
+	switch resp.StatusCode {
+	case http.StatusNotFound, http.StatusGone:
+		return fmt.Errorf("%w (%s)", ErrNotFound, resp.Status)
+	case http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
+		return fmt.Errorf("%w (%s)", ErrChanged, resp.Status)
+	}
+	return &StatusError{Code: resp.StatusCode, Status: resp.Status}
+}
+
+// drainClose reads what is left of a short body and closes it, so that
+// the connection goes back to the pool.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
+	_ = body.Close()
+}
+
+func rangeHeader(first, last int64) string {
+	b := make([]byte, 0, 48)
+	b = append(b, "bytes="...)
+	b = strconv.AppendInt(b, first, 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, last, 10)
+	return string(b)
+}
+
+// contentRange is a parsed Content-Range header: "bytes first-last/size",
+// or "bytes */size" (first = last = -1). size is -1 when sent as "*".
+type contentRange struct {
+	first, last, size int64
+}
+
+func parseContentRange(s string) (contentRange, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(s), "bytes ")
+	if !ok {
+		return contentRange{}, false
+	}
+	rng, total, ok := strings.Cut(rest, "/")
+	if !ok {
+		return contentRange{}, false
+	}
+	cr := contentRange{first: -1, last: -1, size: -1}
+	if total != "*" {
+		n, ok := parseUint(total)
+		if !ok {
+			return contentRange{}, false
+		}
+		cr.size = n
+	}
+	if rng == "*" {
+		return cr, cr.size >= 0
+	}
+	a, b, ok := strings.Cut(rng, "-")
+	if !ok {
+		return contentRange{}, false
+	}
+	first, ok1 := parseUint(a)
+	last, ok2 := parseUint(b)
+	if !ok1 || !ok2 || first > last || (cr.size >= 0 && last >= cr.size) {
+		return contentRange{}, false
+	}
+	cr.first, cr.last = first, last
+	return cr, true
+}
+
+// parseUint parses a non-negative decimal int64 with no sign or spaces.
+func parseUint(s string) (int64, bool) {
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}

@@ -1,0 +1,264 @@
+package fetch
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Sentinel errors. Errors returned by this package wrap them with the
+// source and offset; test with errors.Is.
+var (
+	// ErrChanged means the object is no longer the version pinned at Open:
+	// the server answered 412, or a reply's size, ETag or Last-Modified
+	// differ from the pinned identity, or a local file got shorter.
+	ErrChanged = errors.New("fetch: source changed since it was opened")
+	// ErrNotFound means the object does not exist (HTTP 404 or 410, a
+	// missing file).
+	ErrNotFound = errors.New("fetch: not found")
+	// ErrNoRange means the server answered a range request with the whole
+	// object (200) or declared "Accept-Ranges: none".
+	ErrNoRange = errors.New("fetch: server does not support range requests")
+	// ErrClosed means the Blocks or stream was closed.
+	ErrClosed = errors.New("fetch: closed")
+)
+
+// StatusError is an HTTP reply with an unexpected status code. 404, 410,
+// 412 and 416 never produce it: they map to ErrNotFound and ErrChanged.
+type StatusError struct {
+	Code   int    // e.g. 503
+	Status string // e.g. "503 Service Unavailable"
+}
+
+func (e *StatusError) Error() string {
+	return "unexpected HTTP status " + e.Status
+}
+
+// connError marks a transport failure (refused, reset or cut connection,
+// timeout) that a later attempt may not meet.
+type connError struct{ err error }
+
+func (e *connError) Error() string { return e.err.Error() }
+func (e *connError) Unwrap() error { return e.err }
+
+// IsRetryable reports whether err is transient, so that the same read may
+// succeed if tried again: HTTP 5xx (except 501 and 505), 408 and 429,
+// refused, reset or cut connections and short bodies. A done context,
+// ErrChanged, ErrNotFound, ErrNoRange, ErrClosed and other 4xx are
+// permanent.
+func IsRetryable(err error) bool {
+	switch {
+	case err == nil,
+		errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, ErrChanged),
+		errors.Is(err, ErrNotFound),
+		errors.Is(err, ErrNoRange),
+		errors.Is(err, ErrClosed):
+		return false
+	}
+	if se, ok := errors.AsType[*StatusError](err); ok {
+		switch se.Code {
+		case http.StatusRequestTimeout, http.StatusTooManyRequests:
+			return true
+		case http.StatusNotImplemented, http.StatusHTTPVersionNotSupported:
+			return false
+		}
+		return se.Code >= 500 && se.Code <= 599
+	}
+	if _, ok := errors.AsType[*connError](err); ok {
+		return true
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// classifyTransport wraps an error from http.Client.Do or from reading a
+// body: a done ctx stays a context error, certificate and DNS failures stay
+// permanent, and anything else becomes a retryable connError.
+func classifyTransport(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return err
+		}
+		return fmt.Errorf("%w (%v)", ctxErr, err)
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return err
+	}
+	if de, ok := errors.AsType[*net.DNSError](err); ok && de.IsNotFound {
+		return err
+	}
+	return &connError{err: err}
+}
+
+// Identity pins one version of an object. Fields a source cannot know stay
+// zero.
+type Identity struct {
+	Size         int64
+	ETag         string    // strong or weak as sent by the server; "" if none
+	LastModified time.Time // zero if unknown
+	VersionID    string    // reserved for S3 (later issue)
+}
+
+// Key returns a short stable string (32 hex digits of a SHA-256 over all
+// fields) used to key caches and saved indexes. It does not depend on the
+// process, the machine or the time zone of LastModified.
+func (id Identity) Key() string {
+	buf := make([]byte, 0, 64+len(id.ETag)+len(id.VersionID))
+	buf = append(buf, "tarmount identity v1\x00"...)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(id.Size))
+	buf = appendString(buf, id.ETag)
+	if id.LastModified.IsZero() {
+		buf = append(buf, 0)
+	} else {
+		buf = append(buf, 1)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(id.LastModified.Unix()))
+		buf = binary.BigEndian.AppendUint32(buf, uint32(id.LastModified.Nanosecond()))
+	}
+	buf = appendString(buf, id.VersionID)
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:16])
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.BigEndian.AppendUint64(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+// String formats the identity for logs and error messages.
+func (id Identity) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "size=%d", id.Size)
+	if id.ETag != "" {
+		fmt.Fprintf(&sb, " etag=%s", id.ETag)
+	}
+	if !id.LastModified.IsZero() {
+		fmt.Fprintf(&sb, " mtime=%s", id.LastModified.UTC().Format(time.RFC3339Nano))
+	}
+	if id.VersionID != "" {
+		fmt.Fprintf(&sb, " version=%s", id.VersionID)
+	}
+	return sb.String()
+}
+
+// Source is a pinned, immutable view of one object. Safe for concurrent
+// use.
+type Source interface {
+	// ReadAt reads len(p) bytes at off, like io.ReaderAt (n < len(p) only
+	// with an error; io.EOF at the end of the object). It writes only into
+	// p and does not keep p after it returns.
+	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+	// Identity returns the identity pinned at Open.
+	Identity() Identity
+	// String returns the URL for logs, without userinfo or query.
+	String() string
+	// Close releases the source. ReadAt fails after Close.
+	Close() error
+}
+
+// Options configure Open. The zero value is ready to use.
+type Options struct {
+	Logger *slog.Logger // nil = discard
+	Header http.Header  // extra request headers (auth tokens); copied by Open
+	// Client sends HTTP requests; nil means a shared client tuned for many
+	// parallel range requests to one host (HTTP/1.1 only, so parallel
+	// requests use separate connections; keep-alive; 64 idle connections
+	// per host; no transparent decompression).
+	Client *http.Client
+}
+
+// Open parses rawURL, fetches the object's identity with one request and
+// returns a Source pinned to it.
+//
+// URL forms: http://…, https://…, file:///path (or file://localhost/path)
+// and plain paths, relative or absolute. Userinfo in an HTTP URL is sent as
+// basic auth. s3:// is not supported yet.
+func Open(ctx context.Context, rawURL string, opts Options) (Source, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	scheme, ok := urlScheme(rawURL)
+	switch {
+	case rawURL == "":
+		return nil, errors.New("open: empty URL")
+	case !ok:
+		return openFile(ctx, rawURL, log)
+	case scheme == "http" || scheme == "https":
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("open: parse URL: %w", unwrapURLError(err))
+		}
+		if u.Host == "" {
+			return nil, fmt.Errorf("open %s: URL has no host", redactURL(u))
+		}
+		return openHTTP(ctx, u, opts, log)
+	case scheme == "file":
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("open: parse URL: %w", unwrapURLError(err))
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, fmt.Errorf("open %s: file URL names host %q: only local files are supported", rawURL, u.Host)
+		}
+		if u.Path == "" {
+			return nil, fmt.Errorf("open %s: file URL has no path", rawURL)
+		}
+		return openFile(ctx, u.Path, log)
+	case scheme == "s3":
+		return nil, fmt.Errorf("open %s: s3:// sources are not supported yet", rawURL)
+	default:
+		return nil, fmt.Errorf("open: unsupported URL scheme %q (want http, https, file or a path)", scheme)
+	}
+}
+
+// urlScheme returns the lower-cased scheme of a "scheme://..." string, and
+// false for anything else (a path, even one containing a colon).
+func urlScheme(s string) (string, bool) {
+	i := strings.Index(s, "://")
+	if i <= 0 {
+		return "", false
+	}
+	for j := range i {
+		c := s[j]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case j > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return "", false
+		}
+	}
+	return strings.ToLower(s[:i]), true
+}
+
+// unwrapURLError drops the URL that url.Parse puts in its errors: it may
+// hold a password.
+func unwrapURLError(err error) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return ue.Err
+	}
+	return err
+}
+
+// redactURL returns u without userinfo, query and fragment, which may hold
+// credentials (presigned URLs carry their signature in the query).
+func redactURL(u *url.URL) string {
+	r := *u
+	r.User = nil
+	r.RawQuery = ""
+	r.ForceQuery = false
+	r.Fragment = ""
+	r.RawFragment = ""
+	return r.String()
+}

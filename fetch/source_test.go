@@ -1,0 +1,254 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sourceKinds open the same bytes through every kind of source.
+var sourceKinds = []struct {
+	name string
+	open func(t *testing.T, data []byte) Source
+}{
+	{"file", func(t *testing.T, data []byte) Source {
+		return mustOpen(t, writeTemp(t, data))
+	}},
+	{"file-url", func(t *testing.T, data []byte) Source {
+		return mustOpen(t, "file://"+writeTemp(t, data))
+	}},
+	{"http", func(t *testing.T, data []byte) Source {
+		srv := newTestServer(t, &object{data: data, etag: `"v1"`, modtime: testModTime})
+		return mustOpen(t, srv.URL+"/a.tar")
+	}},
+}
+
+func writeTemp(t *testing.T, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "a.tar")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	return path
+}
+
+func mustOpen(t *testing.T, rawURL string) Source {
+	t.Helper()
+	src, err := Open(t.Context(), rawURL, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+func TestSourceReadAt(t *testing.T) {
+	for _, kind := range sourceKinds {
+		for _, size := range []int{0, 1, 4095, 4096, 4097, 100_003} {
+			t.Run(fmt.Sprintf("%s/size=%d", kind.name, size), func(t *testing.T) {
+				t.Parallel()
+				data := randomBytes(size, uint64(size))
+				src := kind.open(t, data)
+				require.Equal(t, int64(size), src.Identity().Size)
+				ctx := t.Context()
+				checkRanges(t, func(p []byte, off int64) (int, error) { return src.ReadAt(ctx, p, off) }, data, 4096, uint64(size))
+
+				n, err := src.ReadAt(ctx, nil, 0)
+				require.NoError(t, err)
+				require.Zero(t, n)
+				_, err = src.ReadAt(ctx, make([]byte, 1), -1)
+				require.ErrorContains(t, err, "negative offset")
+			})
+		}
+	}
+}
+
+func TestSourceIdentity(t *testing.T) {
+	data := randomBytes(1000, 1)
+	path := writeTemp(t, data)
+	mtime := time.Date(2023, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	require.NoError(t, os.Chtimes(path, mtime, mtime))
+
+	src := mustOpen(t, path)
+	require.Equal(t, Identity{Size: 1000, LastModified: mtime}, normalize(src.Identity()))
+	require.Equal(t, path, src.String())
+
+	srv := newTestServer(t, &object{data: data, etag: `"abc"`, modtime: testModTime})
+	src = mustOpen(t, srv.URL+"/a.tar")
+	require.Equal(t, Identity{Size: 1000, ETag: `"abc"`, LastModified: testModTime}, normalize(src.Identity()))
+	require.Equal(t, srv.URL+"/a.tar", src.String())
+}
+
+// normalize makes times comparable with require.Equal.
+func normalize(id Identity) Identity {
+	id.LastModified = id.LastModified.UTC()
+	return id
+}
+
+func TestOpenURLForms(t *testing.T) {
+	data := randomBytes(10, 2)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x y.tar")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "c:d.tar"), data, 0o644))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+
+	tests := []struct {
+		name    string
+		url     string
+		wantErr string // "" for success
+		is      error
+	}{
+		{name: "absolute path", url: path},
+		{name: "relative path", url: "x y.tar"},
+		{name: "relative path with colon", url: "c:d.tar"},
+		{name: "file URL", url: "file://" + strings.ReplaceAll(path, " ", "%20")},
+		{name: "file URL localhost", url: "file://localhost" + path},
+		{name: "missing file", url: filepath.Join(dir, "nope.tar"), wantErr: "not found", is: ErrNotFound},
+		{name: "missing file URL", url: "file://" + filepath.Join(dir, "nope.tar"), is: ErrNotFound},
+		{name: "directory", url: dir, wantErr: "is a directory"},
+		{name: "fifo", url: filepath.Join(dir, "fifo"), wantErr: "not a regular file"},
+		{name: "file URL with host", url: "file://otherhost" + path, wantErr: "only local files"},
+		{name: "s3", url: "s3://bucket/key.tar", wantErr: "not supported yet"},
+		{name: "unknown scheme", url: "ftp://host/a.tar", wantErr: `unsupported URL scheme "ftp"`},
+		{name: "empty", url: "", wantErr: "empty URL"},
+		{name: "http without host", url: "http:///a.tar", wantErr: "no host"},
+	}
+	t.Chdir(dir)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, err := Open(t.Context(), tt.url, Options{})
+			if tt.wantErr == "" && tt.is == nil {
+				require.NoError(t, err)
+				defer src.Close()
+				got := make([]byte, 10)
+				_, err := src.ReadAt(t.Context(), got, 0)
+				require.NoError(t, err)
+				require.Equal(t, data, got)
+				return
+			}
+			require.Error(t, err)
+			require.Nil(t, src)
+			if tt.is != nil {
+				require.ErrorIs(t, err, tt.is)
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+func TestFileSourceClosed(t *testing.T) {
+	src := mustOpen(t, writeTemp(t, randomBytes(10, 3)))
+	require.NoError(t, src.Close())
+	require.NoError(t, src.Close())
+	_, err := src.ReadAt(t.Context(), make([]byte, 1), 0)
+	require.ErrorIs(t, err, os.ErrClosed)
+}
+
+func TestFileSourceShrunk(t *testing.T) {
+	path := writeTemp(t, randomBytes(100, 4))
+	src := mustOpen(t, path)
+	require.NoError(t, os.Truncate(path, 50))
+	n, err := src.ReadAt(t.Context(), make([]byte, 100), 0)
+	require.ErrorIs(t, err, ErrChanged)
+	require.Equal(t, 50, n)
+}
+
+func TestFileSourceCanceled(t *testing.T) {
+	src := mustOpen(t, writeTemp(t, randomBytes(10, 5)))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := src.ReadAt(ctx, make([]byte, 1), 0)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestIdentityKey(t *testing.T) {
+	base := Identity{
+		Size:         123456,
+		ETag:         `"abc"`,
+		LastModified: time.Date(2024, 1, 2, 3, 4, 5, 6, time.UTC),
+		VersionID:    "v7",
+	}
+	// A saved index is keyed by this string: it must never change for a
+	// given identity. Changing the encoding means renaming every cache.
+	require.Equal(t, "e05664fedf736d2eb55128148b332e76", base.Key())
+	require.Len(t, Identity{}.Key(), 32)
+
+	berlin := time.FixedZone("CET", 3600)
+	same := base
+	same.LastModified = base.LastModified.In(berlin)
+	require.Equal(t, base.Key(), same.Key(), "time zone must not matter")
+
+	variants := map[string]Identity{}
+	v := base
+	v.Size++
+	variants["size"] = v
+	v = base
+	v.ETag = `W/"abc"`
+	variants["etag"] = v
+	v = base
+	v.LastModified = v.LastModified.Add(time.Nanosecond)
+	variants["mtime ns"] = v
+	v = base
+	v.LastModified = time.Time{}
+	variants["no mtime"] = v
+	v = base
+	v.VersionID = ""
+	variants["version"] = v
+	// Field boundaries are length-prefixed: moving bytes between fields
+	// changes the key.
+	variants["shifted"] = Identity{Size: base.Size, ETag: `"abc"v7`, LastModified: base.LastModified}
+	keys := map[string]string{base.Key(): "base"}
+	for name, id := range variants {
+		k := id.Key()
+		if prev, dup := keys[k]; dup {
+			t.Errorf("%s: got the key of %s", name, prev)
+		}
+		keys[k] = name
+	}
+}
+
+func TestIsRetryable(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{&StatusError{Code: 500, Status: "500 Internal Server Error"}, true},
+		{fmt.Errorf("read x: %w", &StatusError{Code: 503}), true},
+		{&StatusError{Code: 429}, true},
+		{&StatusError{Code: 408}, true},
+		{&StatusError{Code: 501}, false},
+		{&StatusError{Code: 403}, false},
+		{&StatusError{Code: 400}, false},
+		{fmt.Errorf("read x: %w", io.ErrUnexpectedEOF), true},
+		{&connError{err: syscall.ECONNRESET}, true},
+		{fmt.Errorf("x: %w", ErrChanged), false},
+		{fmt.Errorf("x: %w", ErrNotFound), false},
+		{fmt.Errorf("x: %w", ErrNoRange), false},
+		{ErrClosed, false},
+		{context.Canceled, false},
+		{&connError{err: context.DeadlineExceeded}, false},
+		{errors.New("other"), false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.err), func(t *testing.T) {
+			if got := IsRetryable(tt.err); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+var testModTime = time.Date(2024, 3, 4, 5, 6, 7, 0, time.UTC)
+
+func TestStatusErrorMessage(t *testing.T) {
+	err := error(&StatusError{Code: http.StatusBadGateway, Status: "502 Bad Gateway"})
+	require.Equal(t, "unexpected HTTP status 502 Bad Gateway", err.Error())
+}

@@ -1,0 +1,209 @@
+package fetch
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+// Stream returns an in-order reader of the object from off to its end.
+// It keeps up to Workers block fetches running ahead of the consumer, so
+// that parallel range requests hide per-connection bandwidth caps and
+// first-byte latency; read-ahead memory is bounded by Workers+1 blocks
+// (the one being read and Workers ahead).
+//
+// Stream blocks go through the same cache and in-flight map as ReadAt: a
+// concurrent ReadAt of a streamed block does not fetch it twice, and a
+// stream reads cached blocks without fetching them. Read-ahead fetches
+// wait while a ReadAt waits for a fetch slot. A block fetched for a
+// stream stays cached, but once the stream has read past it, it moves to
+// the cold end of the LRU, so a stream evicts its own blocks first rather
+// than the blocks that ReadAt callers use; a ReadAt hit on it makes it an
+// ordinary block again.
+//
+// The reader also implements io.WriterTo and
+//
+//	Discard(n int64) (int64, error)
+//
+// which skips n bytes without fetching the blocks that are skipped
+// entirely (read-ahead restarts at the new position; skipped fetches that
+// nobody else waits for are cancelled). Like bufio.Reader.Discard it
+// returns io.EOF when fewer than n bytes were left.
+//
+// ctx bounds every wait of Read and WriteTo; once it ends the
+// reader returns its error. The reader is not safe for concurrent use.
+// Close releases its read-ahead and must be called. After Close reads fail
+// with ErrClosed; after b.Close they do once the read-ahead already
+// fetched is used up.
+func (b *Blocks) Stream(ctx context.Context, off int64) io.ReadCloser {
+	s := &stream{b: b, ctx: ctx, ahead: make([]*block, 0, b.workers+1)}
+	if off < 0 {
+		s.err = fmt.Errorf("stream %s at %d: negative offset", b.src, off)
+		return s
+	}
+	s.pos = min(off, b.size)
+	s.next = s.pos / b.blockSize
+	s.fill()
+	return s
+}
+
+// stream is the reader that Blocks.Stream returns.
+//
+//	        pos                       next
+//	         v                         v
+//	|  ahead[0] | ahead[1] | ... | ahead[k-1] |  not requested yet ...
+//
+// ahead holds the requested blocks ahead[0].idx .. next-1 in order, with a
+// reference each; ahead[0] contains pos. len(ahead) <= workers+1.
+type stream struct {
+	b     *Blocks
+	ctx   context.Context
+	pos   int64    // next byte to return
+	next  int64    // index of the next block to request
+	ahead []*block // requested blocks, in order
+	err   error    // sticky: a failed fetch, a done ctx, Close
+}
+
+// fill requests blocks until the read-ahead window is full.
+func (s *stream) fill() {
+	b := s.b
+	if s.err != nil || s.next >= b.nblocks || len(s.ahead) > b.workers {
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		s.fail(fmt.Errorf("stream %s at %d: %w", b.src, s.pos, ErrClosed))
+		return
+	}
+	for s.next < b.nblocks && len(s.ahead) <= b.workers {
+		s.ahead = append(s.ahead, b.getLocked(s.next, false))
+		s.next++
+	}
+	b.mu.Unlock()
+}
+
+// head waits for the block that holds pos (pos < size).
+func (s *stream) head() (*block, error) {
+	s.fill()
+	if s.err != nil {
+		return nil, s.err
+	}
+	blk := s.ahead[0]
+	if err := s.b.wait(s.ctx, blk); err != nil {
+		s.fail(err)
+		return nil, err
+	}
+	return blk, nil
+}
+
+// advance moves pos by n bytes within ahead[0], releasing it at its end.
+func (s *stream) advance(n int) {
+	s.pos += int64(n)
+	if blk := s.ahead[0]; s.pos >= blk.off+int64(blk.n) {
+		s.drop(1)
+		s.fill()
+	}
+}
+
+// drop releases the first k blocks of ahead.
+func (s *stream) drop(k int) {
+	if k == 0 {
+		return
+	}
+	s.b.releaseMany(s.ahead[:k], true)
+	m := copy(s.ahead, s.ahead[k:])
+	clear(s.ahead[m:])
+	s.ahead = s.ahead[:m]
+}
+
+// fail makes err sticky and releases the read-ahead.
+func (s *stream) fail(err error) {
+	s.err = err
+	s.drop(len(s.ahead))
+}
+
+func (s *stream) Read(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.pos >= s.b.size {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	blk, err := s.head()
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, blk.data[s.pos-blk.off:])
+	s.advance(n)
+	return n, nil
+}
+
+// WriteTo writes the rest of the object to w straight from the block
+// buffers.
+func (s *stream) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if s.err != nil {
+			return total, s.err
+		}
+		if s.pos >= s.b.size {
+			return total, nil
+		}
+		blk, err := s.head()
+		if err != nil {
+			return total, err
+		}
+		p := blk.data[s.pos-blk.off:]
+		n, err := w.Write(p)
+		if n < 0 || n > len(p) {
+			n = 0
+			if err == nil {
+				err = fmt.Errorf("stream %s: writer returned a bad count", s.b.src)
+			}
+		}
+		total += int64(n)
+		s.advance(n)
+		if err != nil {
+			return total, err
+		}
+		if n < len(p) {
+			return total, io.ErrShortWrite
+		}
+	}
+}
+
+// Discard skips n bytes. See Blocks.Stream.
+func (s *stream) Discard(n int64) (int64, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if n <= 0 {
+		return 0, nil
+	}
+	skipped := min(n, s.b.size-s.pos)
+	s.pos += skipped
+	idx := s.pos / s.b.blockSize
+	k := 0
+	for k < len(s.ahead) && s.ahead[k].idx < idx {
+		k++
+	}
+	s.drop(k)
+	s.next = max(s.next, idx)
+	s.fill()
+	if skipped < n {
+		return skipped, io.EOF
+	}
+	return skipped, nil
+}
+
+// Close releases the read-ahead. It is idempotent.
+func (s *stream) Close() error {
+	if s.err != ErrClosed {
+		s.fail(ErrClosed)
+	}
+	return nil
+}
