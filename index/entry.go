@@ -81,12 +81,54 @@ type Entry struct {
 	// Nlink is the number of names of a file (hard links + 1), or 2 plus
 	// the number of subdirectories of a directory.
 	Nlink uint32
-	// Sparse is true when the file has a sparse map (Index.Sparse).
+	// Sparse is true when the file has a sparse map (Index.SparseMap).
 	Sparse bool
+}
 
+// The stored form of the tree. Records have a fixed size and hold no
+// pointers: strings are references into one string table, and what few
+// entries have (access and change times, link targets, devices, xattrs,
+// sparse maps) sits in a side table. A million entries then load as a few
+// large allocations that the garbage collector never scans.
+
+// strRef is a string in Index.strtab.
+type strRef struct{ off, n uint32 }
+
+// rec is one entry.
+type rec struct {
+	parent     EntryID
+	name       strRef
+	typ        Type
+	sparse     bool
+	mode       uint16
+	uid, gid   uint32
+	owner      uint32 // index in Index.owners
+	size       int64
+	mtime      int64
+	dataOff    int64
+	nlink      uint32
+	extra      uint32 // 1 + index in Index.extras; 0 when there is none
+	childFirst uint32 // range in Index.dirents (directories)
+	childCount uint32
+}
+
+// extraRec holds the fields most entries lack.
+type extraRec struct {
+	atime, ctime             int64
+	link                     strRef
+	devmajor, devminor       uint32
 	xattrFirst, xattrCount   uint32 // range in Index.xattrs
 	sparseFirst, sparseCount uint32 // range in Index.sparse
 }
+
+type direntRec struct {
+	name strRef
+	id   EntryID
+}
+
+type xattrRec struct{ name, value strRef }
+
+type ownerRec struct{ uname, gname strRef }
 
 // Dirent is one name in a directory. Several Dirents may point at the same
 // EntryID when the archive has hard links.

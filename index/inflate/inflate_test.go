@@ -13,6 +13,14 @@ import (
 	kgzip "github.com/klauspost/compress/gzip"
 )
 
+// scaled returns n, or an eighth of it under the race detector.
+func scaled(n int) int {
+	if raceEnabled {
+		return max(n/8, 1)
+	}
+	return n
+}
+
 // sample returns deterministic test data of the given kind.
 func sample(kind string, n int) []byte {
 	r := rand.New(rand.NewPCG(uint64(n), uint64(len(kind))))
@@ -148,7 +156,7 @@ func decodeAll(t testing.TB, comp []byte, opts Options) []byte {
 
 func TestRoundTrip(t *testing.T) {
 	for _, kind := range []string{"random", "zeros", "text", "mixed"} {
-		for _, size := range []int{0, 1, 1000, 3 << 20} {
+		for _, size := range []int{0, 1, 1000, scaled(3 << 20)} {
 			data := sample(kind, size)
 			for _, c := range compressors {
 				t.Run(fmt.Sprintf("%s/%d/%s", kind, size, c.name), func(t *testing.T) {
@@ -181,11 +189,11 @@ func collect(t testing.TB, comp []byte, span int64) ([]Checkpoint, []byte) {
 // TestResume resumes at every checkpoint and checks the bytes that follow,
 // up to the next checkpoint and across it.
 func TestResume(t *testing.T) {
-	data := sample("mixed", 6<<20)
+	data := sample("mixed", scaled(6<<20))
 	for _, c := range compressors {
 		t.Run(c.name, func(t *testing.T) {
 			comp := c.fn(t, data)
-			cps, got := collect(t, comp, 256<<10)
+			cps, got := collect(t, comp, int64(scaled(256<<10)))
 			if !bytes.Equal(got, data) {
 				t.Fatal("sequential decode differs")
 			}
@@ -196,7 +204,7 @@ func TestResume(t *testing.T) {
 				t.Fatalf("first checkpoint %+v, want member start at 0", cps[0])
 			}
 			for i, cp := range cps {
-				if i > 0 && cp.Out-cps[i-1].Out < 256<<10 {
+				if i > 0 && cp.Out-cps[i-1].Out < int64(scaled(256<<10)) {
 					t.Errorf("checkpoint %d at %d: only %d bytes after the previous", i, cp.Out, cp.Out-cps[i-1].Out)
 				}
 				end := int64(len(data))
@@ -283,7 +291,7 @@ func TestCorrupt(t *testing.T) {
 	data := sample("mixed", 200<<10)
 	comp := stdLevel(6)(t, data)
 	r := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 500; i++ {
+	for i := 0; i < scaled(500); i++ {
 		bad := bytes.Clone(comp)
 		pos := 10 + r.IntN(len(bad)-10)
 		bad[pos] ^= byte(1 + r.IntN(255))

@@ -1,0 +1,651 @@
+package index
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/klauspost/compress/flate"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index/inflate"
+	"github.com/tarmount/tarmount/index/tarscan"
+)
+
+// DefaultSpan is the decoded distance between checkpoints.
+const DefaultSpan = 4 << 20
+
+// maxEntries bounds the entries of one archive (EntryID is 32 bits).
+const maxEntries = math.MaxUint32 - 1
+
+// BuildOptions tune Build.
+type BuildOptions struct {
+	// Span is the decoded distance between gzip checkpoints (DefaultSpan
+	// when zero).
+	Span   int64
+	Logger *slog.Logger
+	Limits tarscan.Limits
+	// OnProgress, if set, is called now and then with the number of
+	// compressed bytes consumed.
+	OnProgress func(consumed int64)
+}
+
+// Build reads the whole archive from r, which yields the object as stored
+// from its first byte, and returns its index. id is recorded as the
+// source identity. A Discard(int64) method on r is used to skip member data
+// of uncompressed archives.
+func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOptions) (*Index, error) {
+	if opts.Span <= 0 {
+		opts.Span = DefaultSpan
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pr := &peekReader{r: r}
+	head, err := pr.peek(512)
+	if err != nil {
+		return nil, fmt.Errorf("read archive start: %w", err)
+	}
+	b := newBuilder(log)
+	ix := b.ix
+	ix.Source = id
+	ix.Span = opts.Span
+	var tarStream io.Reader
+	var gz *inflate.Reader
+	var hash *xxhash.Digest
+	switch codec := sniff(head); codec {
+	case CodecGzip:
+		ix.Codec = CodecGzip
+		hash = xxhash.New()
+		var werr error
+		gz = inflate.NewReader(pr, inflate.Options{
+			Span:   opts.Span,
+			OnData: func(p []byte) { hash.Write(p) },
+			OnCheckpoint: func(cp inflate.Checkpoint) {
+				c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
+				if len(cp.Window) > 0 {
+					c.window, werr = compressWindow(cp.Window)
+				}
+				if n := len(ix.Checkpoints); n > 0 && ix.Checkpoints[n-1].Out == c.Out {
+					ix.Checkpoints[n-1] = c
+					return
+				}
+				if len(ix.Checkpoints) > 0 {
+					ix.Digests = append(ix.Digests, hash.Sum64())
+				}
+				hash.Reset()
+				ix.Checkpoints = append(ix.Checkpoints, c)
+			},
+		})
+		if werr != nil {
+			return nil, werr
+		}
+		tarStream = gz
+	case CodecNone:
+		ix.Codec = CodecNone
+		tarStream = pr
+	default:
+		return nil, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
+	}
+
+	sc := tarscan.NewScanner(tarStream, opts.Limits)
+	for n := 0; ; n++ {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if opts.OnProgress != nil {
+				opts.OnProgress(pr.consumed)
+			}
+		}
+		h, err := sc.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if ix.Codec == CodecGzip && n == 0 && errors.Is(err, tarscan.ErrNotTar) {
+				return nil, fmt.Errorf("%w: gzip stream does not hold a tar archive", ErrUnsupported)
+			}
+			return nil, err
+		}
+		if err := b.add(h); err != nil {
+			return nil, err
+		}
+	}
+	switch ix.Codec {
+	case CodecGzip:
+		// Decode to the end: it verifies the checksum of the last member
+		// and gives the size of the last span.
+		if _, err := gz.Discard(math.MaxInt64); err != nil && err != io.EOF {
+			return nil, err
+		}
+		ix.TarSize = gz.Offset()
+		ix.Digests = append(ix.Digests, hash.Sum64())
+	default:
+		ix.TarSize = id.Size
+	}
+	if opts.OnProgress != nil {
+		opts.OnProgress(pr.consumed)
+	}
+	if err := b.finish(); err != nil {
+		return nil, err
+	}
+	b.report()
+	return ix, nil
+}
+
+// sniff tells the codec from the first bytes of the object.
+func sniff(head []byte) Codec {
+	switch {
+	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
+		return CodecGzip
+	case len(head) >= 512 && looksLikeTar(head[:512]):
+		return CodecNone
+	}
+	return 0
+}
+
+// looksLikeTar reports whether block is a tar header with a valid checksum
+// (unsigned or, as some old tars wrote, signed).
+func looksLikeTar(block []byte) bool {
+	field := bytes.TrimLeft(block[148:156], " ")
+	if i := bytes.IndexAny(field, " \x00"); i >= 0 {
+		field = field[:i]
+	}
+	if len(field) == 0 {
+		return false
+	}
+	var want int64
+	for _, c := range field {
+		if c < '0' || c > '7' {
+			return false
+		}
+		want = want*8 + int64(c-'0')
+	}
+	var unsigned, signed int64
+	for i, c := range block {
+		if i >= 148 && i < 156 {
+			c = ' '
+		}
+		unsigned += int64(c)
+		signed += int64(int8(c))
+	}
+	return want == unsigned || want == signed
+}
+
+// describe names what the first bytes of an unsupported object look like.
+func describe(head []byte) string {
+	magic := []struct {
+		prefix []byte
+		name   string
+	}{
+		{[]byte{0x28, 0xb5, 0x2f, 0xfd}, "zstd-compressed data (not supported yet)"},
+		{[]byte{0x04, 0x22, 0x4d, 0x18}, "lz4-compressed data (not supported yet)"},
+		{[]byte("BZh"), "bzip2-compressed data (not supported yet)"},
+		{[]byte{0xfd, '7', 'z', 'X', 'Z', 0}, "xz-compressed data (not supported yet)"},
+		{[]byte("PK\x03\x04"), "a zip archive"},
+		{[]byte("<"), "text or HTML, not an archive"},
+	}
+	for _, m := range magic {
+		if bytes.HasPrefix(head, m.prefix) {
+			return m.name
+		}
+	}
+	if len(head) == 0 {
+		return "empty object"
+	}
+	return fmt.Sprintf("not a tar archive or a known compressed format (starts with %x)", head[:min(len(head), 8)])
+}
+
+func compressWindow(w []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	fw, err := flate.NewWriter(&buf, flate.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	fw.Write(w)
+	if err := fw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func decompressWindow(c []byte) ([]byte, error) {
+	if len(c) == 0 {
+		return nil, nil
+	}
+	w, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(c)), inflate.WindowSize+1))
+	if err != nil || len(w) > inflate.WindowSize {
+		return nil, fmt.Errorf("%w: bad checkpoint window", ErrBadIndex)
+	}
+	return w, nil
+}
+
+// peekReader reads ahead a little for sniffing and passes Discard on to
+// the underlying reader when it has one.
+type peekReader struct {
+	r        io.Reader
+	buf      []byte
+	consumed int64
+}
+
+func (p *peekReader) peek(n int) ([]byte, error) {
+	for len(p.buf) < n {
+		chunk := make([]byte, n-len(p.buf))
+		m, err := p.r.Read(chunk)
+		p.buf = append(p.buf, chunk[:m]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p.buf, nil
+}
+
+func (p *peekReader) Read(b []byte) (int, error) {
+	if len(p.buf) > 0 {
+		n := copy(b, p.buf)
+		p.buf = p.buf[n:]
+		p.consumed += int64(n)
+		return n, nil
+	}
+	n, err := p.r.Read(b)
+	p.consumed += int64(n)
+	return n, err
+}
+
+// Discard skips n bytes, without reading them when the underlying reader
+// can skip.
+func (p *peekReader) Discard(n int64) (int64, error) {
+	var done int64
+	if len(p.buf) > 0 {
+		k := min(int64(len(p.buf)), n)
+		p.buf = p.buf[k:]
+		done = k
+	}
+	if done == n {
+		p.consumed += done
+		return done, nil
+	}
+	if d, ok := p.r.(interface{ Discard(int64) (int64, error) }); ok {
+		k, err := d.Discard(n - done)
+		p.consumed += done + k
+		return done + k, err
+	}
+	k, err := io.CopyN(io.Discard, p.r, n-done)
+	p.consumed += done + k
+	return done + k, err
+}
+
+// builder turns scanned headers into entries, as tar -x would lay them out:
+// a later member with the same path replaces an earlier one, parents that
+// have no member of their own are implied, hard links become second names.
+type builder struct {
+	ix      *Index
+	log     *slog.Logger
+	entries []bentry
+	byPath  map[string]EntryID // cleaned path -> entry, for every live name
+	full    map[EntryID]bool   // directories that have children
+	skips   map[string]skipped
+}
+
+// bentry is an entry while the index is built.
+type bentry struct {
+	Entry
+	xattrs []Xattr
+	sparse []SparseChunk
+}
+
+type skipped struct {
+	count   int
+	example string
+}
+
+func newBuilder(log *slog.Logger) *builder {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &builder{
+		ix:     &Index{},
+		log:    log,
+		byPath: map[string]EntryID{"": RootID},
+		full:   map[EntryID]bool{},
+		skips:  map[string]skipped{},
+	}
+	b.entries = append(b.entries, bentry{Entry: Entry{Type: TypeDir, Mode: 0o755}})
+	return b
+}
+
+func (b *builder) skip(reason, name string) {
+	s := b.skips[reason]
+	if s.count == 0 {
+		s.example = name
+	}
+	s.count++
+	b.skips[reason] = s
+}
+
+// report logs each kind of skipped member once.
+func (b *builder) report() {
+	reasons := make([]string, 0, len(b.skips))
+	for r := range b.skips {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		s := b.skips[r]
+		b.log.Warn("skipped archive members", "reason", r, "count", s.count, "path", s.example)
+	}
+}
+
+// cleanName turns a member name into a path relative to the root, as tar -x
+// does: leading slashes and "." components are dropped. Names with ".."
+// components are refused.
+func cleanName(name string) (string, bool) {
+	parts := strings.Split(name, "/")
+	out := parts[:0]
+	for _, p := range parts {
+		switch p {
+		case "", ".":
+		case "..":
+			return "", false
+		default:
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "/"), true
+}
+
+func clampID(v int64) uint32 {
+	if v < 0 || v > math.MaxUint32 {
+		return 65534 // nobody
+	}
+	return uint32(v)
+}
+
+func entryType(flag byte) Type {
+	switch flag {
+	case tarscan.TypeDir:
+		return TypeDir
+	case tarscan.TypeSymlink:
+		return TypeSymlink
+	case tarscan.TypeChar:
+		return TypeChar
+	case tarscan.TypeBlock:
+		return TypeBlock
+	case tarscan.TypeFIFO:
+		return TypeFIFO
+	}
+	return TypeReg
+}
+
+func (b *builder) add(h *tarscan.Header) error {
+	name, ok := cleanName(h.Name)
+	if !ok {
+		b.skip("name contains ..", h.Name)
+		return nil
+	}
+	if len(b.entries) >= maxEntries {
+		return errTooManyEntrys
+	}
+	if h.Typeflag == tarscan.TypeLink {
+		return b.addLink(name, h)
+	}
+	e := bentry{Entry: Entry{
+		Type:       entryType(h.Typeflag),
+		Mode:       uint32(h.Mode & 0o7777),
+		UID:        clampID(h.UID),
+		GID:        clampID(h.GID),
+		Uname:      h.Uname,
+		Gname:      h.Gname,
+		MTime:      h.MTime,
+		ATime:      h.ATime,
+		CTime:      h.CTime,
+		DataOffset: UncompressedOffset(h.DataOffset),
+	}}
+	switch e.Type {
+	case TypeReg:
+		e.Size = h.Size
+		if h.Sparse != nil {
+			e.Sparse = true
+			e.sparse = make([]SparseChunk, len(h.Sparse))
+			for i, c := range h.Sparse {
+				e.sparse[i] = SparseChunk{Offset: c.Offset, Length: c.Length}
+			}
+		}
+	case TypeSymlink:
+		e.Linkname = h.Linkname
+		e.Size = int64(len(h.Linkname))
+	case TypeChar, TypeBlock:
+		e.Devmajor, e.Devminor = clampID(h.Devmajor), clampID(h.Devminor)
+	}
+	for _, x := range h.Xattrs {
+		e.xattrs = append(e.xattrs, Xattr{Name: x.Name, Value: x.Value})
+	}
+	if name == "" {
+		if e.Type == TypeDir {
+			b.entries[RootID] = e
+		} else {
+			b.skip("non-directory member for the archive root", h.Name)
+		}
+		return nil
+	}
+	parent, ok := b.parentDir(name, e.MTime)
+	if !ok {
+		return nil
+	}
+	if old, exists := b.byPath[name]; exists {
+		oe := &b.entries[old]
+		switch {
+		case oe.Type == TypeDir && e.Type == TypeDir:
+			// A directory listed again: its metadata is updated.
+			e.Parent, e.Name = oe.Parent, oe.Name
+			*oe = e
+			return nil
+		case oe.Type == TypeDir && b.full[old]:
+			b.skip("non-directory member over a non-empty directory", h.Name)
+			return nil
+		}
+	}
+	e.Parent = parent
+	e.Name = path.Base(name)
+	id := EntryID(len(b.entries))
+	b.entries = append(b.entries, e)
+	b.byPath[name] = id
+	b.full[parent] = true
+	return nil
+}
+
+// parentDir returns the directory that will hold name, creating implied
+// directories. It fails when a component is not a directory.
+func (b *builder) parentDir(name string, mtime int64) (EntryID, bool) {
+	dir := path.Dir(name)
+	if dir == "." {
+		return RootID, true
+	}
+	if id, ok := b.byPath[dir]; ok {
+		if b.entries[id].Type != TypeDir {
+			b.skip("a parent is not a directory", name)
+			return 0, false
+		}
+		return id, true
+	}
+	parent, ok := b.parentDir(dir, mtime)
+	if !ok {
+		return 0, false
+	}
+	id := EntryID(len(b.entries))
+	b.entries = append(b.entries, bentry{Entry: Entry{
+		Parent: parent, Name: path.Base(dir), Type: TypeDir, Mode: 0o755, MTime: mtime,
+	}})
+	b.byPath[dir] = id
+	b.full[parent] = true
+	return id, true
+}
+
+func (b *builder) addLink(name string, h *tarscan.Header) error {
+	target, ok := cleanName(h.Linkname)
+	if !ok {
+		b.skip("hard link target contains ..", h.Name)
+		return nil
+	}
+	id, ok := b.byPath[target]
+	if !ok {
+		b.skip("hard link to a missing member", h.Name)
+		return nil
+	}
+	if b.entries[id].Type == TypeDir {
+		b.skip("hard link to a directory", h.Name)
+		return nil
+	}
+	if name == "" || name == target {
+		return nil
+	}
+	parent, ok := b.parentDir(name, h.MTime)
+	if !ok {
+		return nil
+	}
+	if old, exists := b.byPath[name]; exists && b.entries[old].Type == TypeDir && b.full[old] {
+		b.skip("hard link over a non-empty directory", h.Name)
+		return nil
+	}
+	b.byPath[name] = id
+	b.full[parent] = true
+	return nil
+}
+
+// finish drops entries no name reaches, numbers the rest densely in
+// archive order, and lays out the compact records: sorted directory
+// listings, link counts, one string table.
+func (b *builder) finish() error {
+	memo := map[string]bool{"": true}
+	var liveDir func(d string) bool
+	liveDir = func(d string) bool {
+		if v, ok := memo[d]; ok {
+			return v
+		}
+		id, ok := b.byPath[d]
+		v := ok && b.entries[id].Type == TypeDir && liveDir(parentPath(d))
+		memo[d] = v
+		return v
+	}
+	type link struct {
+		parent EntryID
+		name   string
+		id     EntryID
+	}
+	links := make([]link, 0, len(b.byPath))
+	live := make([]bool, len(b.entries))
+	live[RootID] = true
+	for p, id := range b.byPath {
+		if p == "" {
+			continue
+		}
+		d := parentPath(p)
+		if !liveDir(d) {
+			continue
+		}
+		links = append(links, link{b.byPath[d], path.Base(p), id})
+		live[id] = true
+	}
+	newID := make([]EntryID, len(b.entries))
+	entries := make([]bentry, 0, len(b.entries))
+	for id := range b.entries {
+		if live[id] {
+			newID[id] = EntryID(len(entries))
+			entries = append(entries, b.entries[id])
+		}
+	}
+	for i := range links {
+		links[i].parent = newID[links[i].parent]
+		links[i].id = newID[links[i].id]
+	}
+	sort.Slice(links, func(i, j int) bool {
+		if links[i].parent != links[j].parent {
+			return links[i].parent < links[j].parent
+		}
+		return links[i].name < links[j].name
+	})
+
+	ix := b.ix
+	st := &strtab{at: make(map[string]uint64)}
+	owners := map[[2]string]uint32{}
+	ix.recs = make([]rec, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		r := &ix.recs[i]
+		*r = rec{typ: e.Type, sparse: e.Sparse, mode: uint16(e.Mode), uid: e.UID, gid: e.GID,
+			size: e.Size, mtime: e.MTime, dataOff: int64(e.DataOffset)}
+		if e.Type == TypeDir {
+			r.nlink = 2
+		}
+		key := [2]string{e.Uname, e.Gname}
+		o, ok := owners[key]
+		if !ok {
+			o = uint32(len(ix.owners))
+			owners[key] = o
+			ix.owners = append(ix.owners, ownerRec{st.ref(e.Uname), st.ref(e.Gname)})
+		}
+		r.owner = o
+		if e.ATime != 0 || e.CTime != 0 || e.Linkname != "" || e.Devmajor != 0 || e.Devminor != 0 ||
+			len(e.xattrs) > 0 || len(e.sparse) > 0 {
+			x := extraRec{atime: e.ATime, ctime: e.CTime, link: st.ref(e.Linkname), devmajor: e.Devmajor, devminor: e.Devminor,
+				xattrFirst: uint32(len(ix.xattrs)), xattrCount: uint32(len(e.xattrs)),
+				sparseFirst: uint32(len(ix.sparse)), sparseCount: uint32(len(e.sparse))}
+			for _, a := range e.xattrs {
+				ix.xattrs = append(ix.xattrs, xattrRec{st.ref(a.Name), st.ref(a.Value)})
+			}
+			ix.sparse = append(ix.sparse, e.sparse...)
+			ix.extras = append(ix.extras, x)
+			r.extra = uint32(len(ix.extras))
+		}
+	}
+	named := make([]bool, len(entries))
+	named[RootID] = true
+	ix.dirents = make([]direntRec, len(links))
+	for i, l := range links {
+		name := st.ref(l.name)
+		ix.dirents[i] = direntRec{name: name, id: l.id}
+		p := &ix.recs[l.parent]
+		if p.childCount == 0 {
+			p.childFirst = uint32(i)
+		}
+		p.childCount++
+		c := &ix.recs[l.id]
+		if !named[l.id] {
+			// The first live name, in case the original one was replaced.
+			c.parent, c.name = l.parent, name
+			named[l.id] = true
+		}
+		if c.typ == TypeDir {
+			p.nlink++
+		} else {
+			c.nlink++
+		}
+	}
+	if st.overflow {
+		return fmt.Errorf("%w: names of more than 4 GiB in all", ErrUnsupported)
+	}
+	ix.strtab = string(st.data)
+	return nil
+}
+
+// parentPath returns the cleaned path of the directory holding p ("" for
+// the root).
+func parentPath(p string) string {
+	if d := path.Dir(p); d != "." {
+		return d
+	}
+	return ""
+}

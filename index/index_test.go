@@ -1,0 +1,541 @@
+package index
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index/tarscan"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// member describes one tar member for tarBytes.
+type member struct {
+	name, link string
+	typ        byte
+	data       []byte
+	mode       int64
+	xattrs     map[string]string
+}
+
+// tarBytes writes members with Go's archive/tar in PAX format.
+func tarBytes(t testing.TB, members []member) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mtime := time.Unix(1700000000, 123456789)
+	for _, m := range members {
+		h := &tar.Header{Name: m.name, Linkname: m.link, Typeflag: m.typ, Mode: m.mode, ModTime: mtime,
+			Uid: 1000, Gid: 100, Uname: "user", Gname: "users", Format: tar.FormatPAX}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(m.data))
+		}
+		for k, v := range m.xattrs {
+			if h.PAXRecords == nil {
+				h.PAXRecords = map[string]string{}
+			}
+			h.PAXRecords["SCHILY.xattr."+k] = v
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(m.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// scaled returns n, or an eighth of it under the race detector.
+func scaled(n int) int {
+	if raceEnabled {
+		return max(n/8, 1)
+	}
+	return n
+}
+
+func gzipBytes(data []byte, level int) []byte {
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, level)
+	w.Write(data)
+	w.Close()
+	return buf.Bytes()
+}
+
+// memSource serves an in-memory object and counts what it serves.
+type memSource struct {
+	data     []byte
+	requests atomic.Int64
+	bytes    atomic.Int64
+}
+
+func (m *memSource) ReadAt(_ context.Context, p []byte, off int64) (int, error) {
+	m.requests.Add(1)
+	if off >= int64(len(m.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.data[off:])
+	m.bytes.Add(int64(n))
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func build(t testing.TB, obj []byte, span int64) *Index {
+	t.Helper()
+	ix, err := Build(context.Background(), bytes.NewReader(obj), fetch.Identity{Size: int64(len(obj)), ETag: `"x"`}, BuildOptions{Span: span})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return ix
+}
+
+func randomData(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	// Compressible but not trivially: random bytes from a small alphabet.
+	for i := range b {
+		b[i] = "abcdefghijklmnopqrstuvwxyz \n0123"[r.IntN(32)]
+	}
+	return b
+}
+
+func sampleMembers() []member {
+	return []member{
+		{name: "dir/", typ: tar.TypeDir, mode: 0o755},
+		{name: "dir/a.txt", data: []byte("hello\n"), xattrs: map[string]string{"user.k": "v"}},
+		{name: "dir/big.bin", data: randomData(1, 3<<20)},
+		{name: "dir/link", link: "a.txt", typ: tar.TypeSymlink},
+		{name: "dir/hard", link: "dir/a.txt", typ: tar.TypeLink},
+		{name: "implied/deep/file", data: []byte("implied parents")},
+		{name: "./dot/x", data: []byte("dot")},
+		{name: "/abs/y", data: []byte("absolute")},
+		{name: "../evil", data: []byte("never")},
+		{name: "dup", data: []byte("first")},
+		{name: "dup", data: []byte("second")},
+		{name: "empty", data: nil},
+		{name: "setuid", data: []byte("x"), mode: 0o4755},
+		{name: "fifo", typ: tar.TypeFifo},
+		{name: "other.bin", data: randomData(2, 2<<20)},
+	}
+}
+
+func readAll(t testing.TB, r *Reader, id EntryID) []byte {
+	t.Helper()
+	e := r.Entry(id)
+	buf := make([]byte, e.Size)
+	n, err := r.ReadAt(context.Background(), id, buf, 0)
+	if err != nil && err != io.EOF {
+		t.Fatalf("read %s: %v", r.Path(id), err)
+	}
+	return buf[:n]
+}
+
+func TestBuildEntries(t *testing.T) {
+	raw := tarBytes(t, sampleMembers())
+	for _, tc := range []struct {
+		name string
+		obj  []byte
+	}{
+		{"tar", raw},
+		{"gzip", gzipBytes(raw, 6)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := build(t, tc.obj, 1<<20)
+			src := &memSource{data: tc.obj}
+			r := NewReader(ix, src, ReaderOptions{})
+			defer r.Close()
+			files := map[string]string{
+				"dir/a.txt": "hello\n", "implied/deep/file": "implied parents", "dot/x": "dot",
+				"abs/y": "absolute", "dup": "second", "empty": "", "dir/hard": "hello\n",
+			}
+			for p, want := range files {
+				id, ok := ix.LookupPath(p)
+				if !ok {
+					t.Fatalf("%s: not found", p)
+				}
+				if got := string(readAll(t, r, id)); got != want {
+					t.Errorf("%s: got %q, want %q", p, got, want)
+				}
+			}
+			for _, m := range sampleMembers() {
+				if m.name == "dir/big.bin" || m.name == "other.bin" {
+					id, _ := ix.LookupPath(m.name)
+					if got := readAll(t, r, id); !bytes.Equal(got, m.data) {
+						t.Errorf("%s: content differs", m.name)
+					}
+				}
+			}
+			if _, ok := ix.LookupPath("../evil"); ok {
+				t.Error("../evil was indexed")
+			}
+			if _, ok := ix.LookupPath("evil"); ok {
+				t.Error("evil was indexed")
+			}
+			a, _ := ix.LookupPath("dir/a.txt")
+			h, _ := ix.LookupPath("dir/hard")
+			if a != h || ix.Entry(a).Nlink != 2 {
+				t.Errorf("hard link: ids %d and %d, nlink %d; want one id with nlink 2", a, h, ix.Entry(a).Nlink)
+			}
+			if x := ix.Xattrs(a); len(x) != 1 || x[0] != (Xattr{"user.k", "v"}) {
+				t.Errorf("xattrs: got %v", x)
+			}
+			l, _ := ix.LookupPath("dir/link")
+			if e := ix.Entry(l); e.Type != TypeSymlink || e.Linkname != "a.txt" || e.Size != 5 {
+				t.Errorf("symlink: got %+v", e)
+			}
+			d, _ := ix.LookupPath("implied/deep")
+			if e := ix.Entry(d); e.Type != TypeDir || e.Mode != 0o755 {
+				t.Errorf("implied dir: got %+v", e)
+			}
+			s, _ := ix.LookupPath("setuid")
+			if e := ix.Entry(s); e.Mode != 0o4755 || e.UID != 1000 || e.GID != 100 || e.Uname != "user" || e.MTime != 1700000000123456789 {
+				t.Errorf("setuid: got %+v", e)
+			}
+			f, _ := ix.LookupPath("fifo")
+			if ix.Entry(f).Type != TypeFIFO {
+				t.Errorf("fifo: got type %v", ix.Entry(f).Type)
+			}
+			root := ix.Children(RootID)
+			var names []string
+			for _, c := range root {
+				names = append(names, c.Name)
+			}
+			want := []string{"abs", "dir", "dot", "dup", "empty", "fifo", "implied", "other.bin", "setuid"}
+			if fmt.Sprint(names) != fmt.Sprint(want) {
+				t.Errorf("root: got %v, want %v", names, want)
+			}
+			if ix.Entry(RootID).Nlink != 2+4 {
+				t.Errorf("root nlink: got %d, want 6", ix.Entry(RootID).Nlink)
+			}
+			// Every entry is reachable and names its first parent.
+			for id := 0; id < ix.Len(); id++ {
+				p := ix.Path(EntryID(id))
+				got, ok := ix.LookupPath(p)
+				if !ok || got != EntryID(id) {
+					t.Errorf("entry %d: path %q resolves to %d, %v", id, p, got, ok)
+				}
+			}
+		})
+	}
+}
+
+// TestRandomAccess compares random reads through checkpoints with a
+// sequential decode, including reads that start or end right at
+// checkpoints and gzip member boundaries.
+func TestRandomAccess(t *testing.T) {
+	big := randomData(3, scaled(7<<20))
+	raw := tarBytes(t, []member{{name: "big", data: big}, {name: "small", data: []byte("tail")}})
+	// Multi-member: 1 MiB pieces compressed separately.
+	var multi bytes.Buffer
+	for i := 0; i < len(raw); i += 1 << 20 {
+		multi.Write(gzipBytes(raw[i:min(i+1<<20, len(raw))], 6))
+	}
+	for _, tc := range []struct {
+		name string
+		obj  []byte
+	}{{"single", gzipBytes(raw, 6)}, {"multi", multi.Bytes()}, {"fast", gzipBytes(raw, 1)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := build(t, tc.obj, int64(scaled(512<<10)))
+			if len(ix.Checkpoints) < 5 {
+				t.Fatalf("got %d checkpoints, want at least 5", len(ix.Checkpoints))
+			}
+			r := NewReader(ix, &memSource{data: tc.obj}, ReaderOptions{CacheBytes: 1 << 20})
+			defer r.Close()
+			id, _ := ix.LookupPath("big")
+			base := int64(ix.Entry(id).DataOffset)
+			var offsets []int64
+			for _, cp := range ix.Checkpoints {
+				for _, d := range []int64{-3, -1, 0, 1, 2} {
+					if o := int64(cp.Out) - base + d; o >= 0 && o < int64(len(big)) {
+						offsets = append(offsets, o)
+					}
+				}
+			}
+			rng := rand.New(rand.NewPCG(9, 9))
+			for i := 0; i < scaled(200); i++ {
+				offsets = append(offsets, rng.Int64N(int64(len(big))))
+			}
+			for _, off := range offsets {
+				n := 1 + rng.IntN(scaled(1<<20))
+				buf := make([]byte, n)
+				got, err := r.ReadAt(context.Background(), id, buf, off)
+				want := big[off:min(off+int64(n), int64(len(big)))]
+				if err != nil && !(err == io.EOF && got == len(want)) {
+					t.Fatalf("read at %d+%d: %v", off, n, err)
+				}
+				if !bytes.Equal(buf[:got], want) {
+					t.Fatalf("read at %d+%d: bytes differ", off, n)
+				}
+			}
+		})
+	}
+}
+
+// TestColdReadFetchesOneSpan checks that a small read fetches one request
+// of at most one span of compressed data.
+func TestColdReadFetchesOneSpan(t *testing.T) {
+	var members []member
+	for i := 0; i < 40; i++ {
+		members = append(members, member{name: fmt.Sprintf("f%02d", i), data: randomData(uint64(i), 500<<10)})
+	}
+	obj := gzipBytes(tarBytes(t, members), 6)
+	ix := build(t, obj, 1<<20)
+	src := &memSource{data: obj}
+	r := NewReader(ix, src, ReaderOptions{})
+	defer r.Close()
+	id, _ := ix.LookupPath("f27")
+	buf := make([]byte, 100)
+	if _, err := r.ReadAt(context.Background(), id, buf, 1000); err != nil {
+		t.Fatal(err)
+	}
+	var maxSpan int64
+	for i := range ix.Checkpoints {
+		end := ix.Source.Size
+		if i+1 < len(ix.Checkpoints) {
+			end = int64(ix.Checkpoints[i+1].In) + 1
+		}
+		maxSpan = max(maxSpan, end-int64(ix.Checkpoints[i].In))
+	}
+	if src.requests.Load() != 1 || src.bytes.Load() > maxSpan {
+		t.Errorf("got %d requests and %d bytes, want 1 request of at most %d bytes", src.requests.Load(), src.bytes.Load(), maxSpan)
+	}
+}
+
+func TestCorruptSpan(t *testing.T) {
+	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: randomData(5, 3<<20)}}), 6)
+	ix := build(t, obj, 512<<10)
+	id, _ := ix.LookupPath("f")
+	for _, flip := range []int64{int64(ix.Checkpoints[2].In) + 100, int64(ix.Checkpoints[3].In) + 5000} {
+		bad := bytes.Clone(obj)
+		bad[flip] ^= 0x55
+		r := NewReader(ix, &memSource{data: bad}, ReaderOptions{})
+		var sawErr bool
+		for off := int64(0); off < ix.Entry(id).Size; off += 256 << 10 {
+			buf := make([]byte, 256<<10)
+			n, err := r.ReadAt(context.Background(), id, buf, off)
+			if err != nil && err != io.EOF {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Errorf("flip at %d: got %v, want ErrCorrupt", flip, err)
+				}
+				sawErr = true
+				continue
+			}
+			want := randomData(5, 3<<20)[off : off+int64(n)]
+			if !bytes.Equal(buf[:n], want) {
+				t.Fatalf("flip at %d: wrong bytes at %d", flip, off)
+			}
+		}
+		if !sawErr {
+			t.Errorf("flip at %d: no read failed", flip)
+		}
+		r.Close()
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	raw := tarBytes(t, sampleMembers())
+	gz := gzipBytes(raw, 6)
+	for _, tc := range []struct {
+		name string
+		obj  []byte
+		want error
+	}{
+		{"empty", nil, ErrUnsupported},
+		{"text", []byte("<html>not found</html>"), ErrUnsupported},
+		{"zstd", []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, ErrUnsupported},
+		{"gzip of text", gzipBytes(bytes.Repeat([]byte("not a tar "), 100), 6), ErrUnsupported},
+		{"truncated gzip", gz[:len(gz)/2], nil},
+		{"truncated tar", raw[:len(raw)/2+100], nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Build(context.Background(), bytes.NewReader(tc.obj), fetch.Identity{Size: int64(len(tc.obj))}, BuildOptions{})
+			if err == nil {
+				t.Fatal("got no error")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFormatRoundTrip(t *testing.T) {
+	obj := gzipBytes(tarBytes(t, sampleMembers()), 6)
+	ix := build(t, obj, 1<<20)
+	ix.Source.LastModified = time.Unix(1700000000, 0)
+	data, err := ix.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Unmarshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Source.LastModified.Equal(ix.Source.LastModified) || got.Source.ETag != ix.Source.ETag || got.Source.Size != ix.Source.Size {
+		t.Errorf("identity: got %+v, want %+v", got.Source, ix.Source)
+	}
+	got.Source.LastModified = ix.Source.LastModified
+	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", ix) {
+		t.Errorf("round trip differs:\n got %+v\nwant %+v", got, ix)
+	}
+	// Reads through the loaded index work.
+	r := NewReader(got, &memSource{data: obj}, ReaderOptions{})
+	defer r.Close()
+	id, _ := got.LookupPath("dir/big.bin")
+	if !bytes.Equal(readAll(t, r, id), sampleMembers()[2].data) {
+		t.Error("read through loaded index differs")
+	}
+	// Every corruption is refused.
+	for i := 0; i < len(data); i += 1 + len(data)/300 {
+		bad := bytes.Clone(data)
+		bad[i] ^= 1
+		if _, err := Unmarshal(bad); err == nil {
+			t.Fatalf("flip at %d accepted", i)
+		}
+	}
+	for _, n := range []int{0, 10, 40, len(data) - 1} {
+		if _, err := Unmarshal(data[:n]); !errors.Is(err, ErrBadIndex) {
+			t.Errorf("truncated to %d: got %v, want ErrBadIndex", n, err)
+		}
+	}
+}
+
+// goldenIndex is a small index built by hand, independent of compressors.
+func goldenIndex() *Index {
+	b := newBuilder(nil)
+	ix := b.ix
+	ix.Source = fetch.Identity{Size: 12345, ETag: `"abc"`, LastModified: time.Unix(1600000000, 0)}
+	ix.Codec = CodecGzip
+	ix.Span = 1 << 20
+	ix.TarSize = 1 << 21
+	w, _ := compressWindow(bytes.Repeat([]byte("window"), 100))
+	ix.Checkpoints = []Checkpoint{{Kind: 1, In: 0, Out: 0}, {Kind: 2, In: 4000, Bit: 3, Out: 1 << 20, window: w}}
+	ix.Digests = []uint64{0x1122334455667788, 0x99aabbccddeeff00}
+	mtime := int64(1600000000123456789)
+	b.add(headerFor("d/", '5', 0o755, mtime, nil))
+	b.add(headerFor("d/f", '0', 0o644, mtime, map[string]string{"user.a": "1"}))
+	b.add(headerFor("d/l", '2', 0o777, mtime, nil))
+	b.add(headerFor("d/h", '1', 0o644, mtime, nil))
+	b.finish()
+	return ix
+}
+
+func TestGolden(t *testing.T) {
+	data, err := goldenIndex().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", fmt.Sprintf("golden-v%d.idx", formatVersion))
+	if *update {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	// The payload must not change without a version bump; the
+	// compressed bytes may differ between zstd versions.
+	want, err := Unmarshal(golden)
+	if err != nil {
+		t.Fatalf("golden file no longer loads: %v", err)
+	}
+	got, _ := Unmarshal(data)
+	if !bytes.Equal(got.payload(), want.payload()) {
+		t.Errorf("index payload changed: bump formatVersion and run go test -update")
+	}
+	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("golden index decodes differently:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// BenchmarkLoad loads an index of one million entries.
+func BenchmarkLoad(b *testing.B) {
+	bl := newBuilder(nil)
+	for d := 0; d < 1000; d++ {
+		for f := 0; f < 1000; f++ {
+			bl.add(headerFor(fmt.Sprintf("dir%04d/file%04d.txt", d, f), '0', 0o644, int64(d*f), nil))
+		}
+	}
+	bl.finish()
+	ix := bl.ix
+	ix.Codec = CodecNone
+	ix.TarSize = 1 << 40
+	data, err := ix.Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		got, err := Unmarshal(data)
+		if err != nil || got.Len() != ix.Len() {
+			b.Fatalf("%v, %d entries", err, got.Len())
+		}
+	}
+	b.ReportMetric(float64(ix.Len()), "entries")
+}
+
+func TestLookupSorted(t *testing.T) {
+	b := newBuilder(nil)
+	names := []string{"b", "a", "c", "aa", "B", "é", "z"}
+	for _, n := range names {
+		b.add(headerFor(n, '0', 0o644, 0, nil))
+	}
+	b.finish()
+	sort.Strings(names)
+	for i, c := range b.ix.Children(RootID) {
+		if c.Name != names[i] {
+			t.Errorf("child %d: got %q, want %q", i, c.Name, names[i])
+		}
+		if id, ok := b.ix.Lookup(RootID, c.Name); !ok || id != c.ID {
+			t.Errorf("lookup %q: got %d, %v", c.Name, id, ok)
+		}
+	}
+}
+
+func headerFor(name string, flag byte, mode, mtime int64, xattrs map[string]string) *tarscan.Header {
+	h := &tarscan.Header{Name: name, Typeflag: flag, Mode: mode, MTime: mtime, UID: 1, GID: 2, Uname: "u", Gname: "g"}
+	switch flag {
+	case '2':
+		h.Linkname = "f"
+	case '1':
+		h.Linkname = "d/f"
+	}
+	keys := make([]string, 0, len(xattrs))
+	for k := range xattrs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		h.Xattrs = append(h.Xattrs, tarscan.Xattr{Name: k, Value: xattrs[k]})
+	}
+	return h
+}

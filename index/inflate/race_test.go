@@ -1,0 +1,7 @@
+//go:build race
+
+package inflate
+
+// raceEnabled shrinks the data of the slowest tests: the race detector
+// slows decoding tenfold, and these tests are about bytes, not goroutines.
+const raceEnabled = true

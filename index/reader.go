@@ -1,0 +1,323 @@
+package index
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/tarmount/tarmount/index/inflate"
+)
+
+// Source is ranged access to the archive as stored. fetch.Source and
+// fetch.Blocks implement it.
+type Source interface {
+	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+}
+
+// DefaultSpanCacheBytes bounds the decoded spans a Reader keeps.
+const DefaultSpanCacheBytes = 256 << 20
+
+// ReaderOptions tune a Reader.
+type ReaderOptions struct {
+	// CacheBytes bounds the decoded spans kept in memory
+	// (DefaultSpanCacheBytes when zero). At least two spans are kept.
+	CacheBytes int64
+	Logger     *slog.Logger
+}
+
+// Reader reads entries of an archive through its index: a read fetches
+// only the compressed span that holds the bytes, decodes it from the
+// nearest checkpoint and verifies its digest before any byte is returned.
+// It is safe for concurrent use.
+type Reader struct {
+	*Index
+	src Source
+	log *slog.Logger
+
+	ctx    context.Context // ends background decodes at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	spans    map[int]*spanCall // guarded by mu: cached and in-flight spans
+	lru      *list.List        // guarded by mu: of int span indexes, most recent first
+	used     int64             // guarded by mu: bytes of cached spans
+	limit    int64
+	lastRead int // guarded by mu: span of the most recent read, for readahead
+	closed   bool
+}
+
+type spanCall struct {
+	done chan struct{}
+	data []byte
+	err  error
+	elem *list.Element // in lru once done without error
+}
+
+// NewReader returns a Reader over ix whose archive bytes come from src.
+func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
+	limit := opts.CacheBytes
+	if limit <= 0 {
+		limit = DefaultSpanCacheBytes
+	}
+	if min := 2 * ix.Span; limit < min {
+		limit = min
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Reader{
+		Index:    ix,
+		src:      src,
+		log:      log,
+		ctx:      ctx,
+		cancel:   cancel,
+		spans:    make(map[int]*spanCall),
+		lru:      list.New(),
+		limit:    limit,
+		lastRead: -2,
+	}
+}
+
+// Close stops background decoding and waits for it. It is idempotent.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+	return nil
+}
+
+// ReadAt reads the content of entry id at off, like io.ReaderAt: holes of
+// sparse files read as zeros without fetching anything.
+func (r *Reader) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int, error) {
+	e := r.Entry(id)
+	if e == nil {
+		return 0, ErrNotFound
+	}
+	if e.Type != TypeReg {
+		return 0, ErrNotRegular
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("read %s: negative offset", r.Path(id))
+	}
+	if off >= e.Size {
+		return 0, io.EOF
+	}
+	want := len(p)
+	if rest := e.Size - off; int64(want) > rest {
+		p = p[:rest]
+	}
+	var err error
+	if e.Sparse {
+		err = r.readSparse(ctx, e, r.SparseMap(id), p, off)
+	} else {
+		err = r.readStream(ctx, p, int64(e.DataOffset)+off)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %s at %d: %w", r.Path(id), off, err)
+	}
+	if len(p) < want {
+		return len(p), io.EOF
+	}
+	return len(p), nil
+}
+
+// readSparse fills p with the logical bytes at off of a sparse file.
+func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk, p []byte, off int64) error {
+	// stored[i] is where chunk i's data starts within the stored data.
+	i := sort.Search(len(chunks), func(i int) bool { return chunks[i].Offset+chunks[i].Length > off })
+	var stored int64
+	for _, c := range chunks[:i] {
+		stored += c.Length
+	}
+	for len(p) > 0 {
+		if i == len(chunks) || off < chunks[i].Offset {
+			// A hole up to the next chunk (or the end).
+			n := int64(len(p))
+			if i < len(chunks) {
+				n = min(n, chunks[i].Offset-off)
+			}
+			clear(p[:n])
+			p, off = p[n:], off+n
+			continue
+		}
+		c := chunks[i]
+		n := min(int64(len(p)), c.Offset+c.Length-off)
+		if err := r.readStream(ctx, p[:n], int64(e.DataOffset)+stored+off-c.Offset); err != nil {
+			return err
+		}
+		p, off = p[n:], off+n
+		stored += c.Length
+		i++
+	}
+	return nil
+}
+
+// readStream fills p from the decoded tar stream at off.
+func (r *Reader) readStream(ctx context.Context, p []byte, off int64) error {
+	if off < 0 || off+int64(len(p)) > r.TarSize {
+		return fmt.Errorf("%w: range %d+%d beyond the tar stream (%d)", ErrCorrupt, off, len(p), r.TarSize)
+	}
+	if r.Codec == CodecNone {
+		n, err := r.src.ReadAt(ctx, p, off)
+		if err == io.EOF && n == len(p) {
+			err = nil
+		}
+		if err == nil && n < len(p) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	for len(p) > 0 {
+		i := r.span(off)
+		if i < 0 {
+			return fmt.Errorf("%w: no checkpoint before %d", ErrCorrupt, off)
+		}
+		data, err := r.spanData(ctx, i, true)
+		if err != nil {
+			return err
+		}
+		start := off - int64(r.Checkpoints[i].Out)
+		n := copy(p, data[start:])
+		r.readahead(i, start+int64(n), int64(len(data)))
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
+
+// readahead decodes the next span in the background when reads move
+// through the spans in order and have passed half of the current one.
+func (r *Reader) readahead(i int, end, size int64) {
+	r.mu.Lock()
+	sequential := r.lastRead == i || r.lastRead == i-1
+	r.lastRead = i
+	r.mu.Unlock()
+	if sequential && end > size/2 && i+1 < len(r.Checkpoints) {
+		r.prefetch(i + 1)
+	}
+}
+
+// prefetch starts decoding span i unless it is cached or in flight.
+func (r *Reader) prefetch(i int) {
+	r.mu.Lock()
+	if _, ok := r.spans[i]; ok || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.startLocked(i)
+	r.mu.Unlock()
+}
+
+// spanData returns the decoded bytes of span i, decoding it (once, however
+// many callers ask) when it is not cached. The returned slice must not be
+// modified.
+func (r *Reader) spanData(ctx context.Context, i int, touch bool) ([]byte, error) {
+	r.mu.Lock()
+	c, ok := r.spans[i]
+	if ok && c.elem != nil && touch {
+		r.lru.MoveToFront(c.elem)
+	}
+	if !ok {
+		if r.closed {
+			r.mu.Unlock()
+			return nil, errors.New("index: reader closed")
+		}
+		c = r.startLocked(i)
+	}
+	r.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.data, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// startLocked starts decoding span i in a goroutine owned by r. The decode
+// runs under r's context, not a caller's: other readers may be waiting for
+// the same span.
+func (r *Reader) startLocked(i int) *spanCall {
+	c := &spanCall{done: make(chan struct{})}
+	r.spans[i] = c
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		data, err := r.decodeSpan(r.ctx, i)
+		r.mu.Lock()
+		c.data, c.err = data, err
+		if err != nil {
+			delete(r.spans, i) // a later read tries again
+		} else {
+			c.elem = r.lru.PushFront(i)
+			r.used += int64(len(data))
+			r.evictLocked()
+		}
+		r.mu.Unlock()
+		close(c.done)
+	}()
+	return c
+}
+
+// evictLocked drops least recently used spans until the cache fits.
+func (r *Reader) evictLocked() {
+	for r.used > r.limit && r.lru.Len() > 1 {
+		back := r.lru.Back()
+		i := back.Value.(int)
+		r.lru.Remove(back)
+		c := r.spans[i]
+		r.used -= int64(len(c.data))
+		delete(r.spans, i)
+	}
+}
+
+// decodeSpan fetches the compressed bytes of span i, decodes them from the
+// checkpoint and checks them against the span's digest.
+func (r *Reader) decodeSpan(ctx context.Context, i int) ([]byte, error) {
+	cp := r.Checkpoints[i]
+	size := r.spanEnd(i) - int64(cp.Out)
+	compEnd := r.Source.Size
+	if i+1 < len(r.Checkpoints) {
+		// The next checkpoint's first bit lies in byte In; a member
+		// checkpoint starts at In itself.
+		compEnd = min(compEnd, int64(r.Checkpoints[i+1].In)+1)
+	}
+	if compEnd <= int64(cp.In) {
+		return nil, fmt.Errorf("%w: span %d has no compressed bytes", ErrCorrupt, i)
+	}
+	comp := make([]byte, compEnd-int64(cp.In))
+	n, err := r.src.ReadAt(ctx, comp, int64(cp.In))
+	if err != nil && !(err == io.EOF && n == len(comp)) {
+		return nil, fmt.Errorf("fetch span %d: %w", i, err)
+	}
+	window, err := decompressWindow(cp.window)
+	if err != nil {
+		return nil, err
+	}
+	z, err := inflate.NewReaderAt(bytes.NewReader(comp), inflate.Checkpoint{
+		Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window,
+	}, inflate.Options{Limit: size})
+	if err != nil {
+		return nil, fmt.Errorf("%w: span %d: %v", ErrCorrupt, i, err)
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(z, data); err != nil {
+		return nil, fmt.Errorf("%w: decode span %d: %v", ErrCorrupt, i, err)
+	}
+	if got := xxhash.Sum64(data); got != r.Digests[i] {
+		r.log.Error("span digest mismatch", "span", i, "off", cp.Out)
+		return nil, fmt.Errorf("%w: span %d at %d: digest mismatch", ErrCorrupt, i, cp.Out)
+	}
+	return data, nil
+}
