@@ -1,0 +1,761 @@
+package tarscan
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// H is the expected header of a member with mode 0644 (the builder's
+// default); Size and StoredSize are size for regular files.
+func H(name string, tf byte, size int64, opts ...func(*Header)) Header {
+	h := Header{Name: name, Typeflag: tf, Mode: 0o644}
+	if tf == TypeReg {
+		h.Size, h.StoredSize = size, size
+	}
+	for _, o := range opts {
+		o(&h)
+	}
+	return h
+}
+
+// project drops the offsets, which are checked separately.
+func project(h *Header) Header {
+	p := *h
+	p.DataOffset, p.HeaderOffset = 0, 0
+	if len(p.PAX) == 0 {
+		p.PAX = nil
+	}
+	return p
+}
+
+// sparse1Data lays out the data of a pax sparse 1.0 member: the map padded
+// to a block, then the stored bytes.
+func sparse1Data(chunks []SparseChunk, stored string) []byte {
+	var m bytes.Buffer
+	fmt.Fprintf(&m, "%d\n", len(chunks))
+	for _, c := range chunks {
+		fmt.Fprintf(&m, "%d\n%d\n", c.Offset, c.Length)
+	}
+	b := m.Bytes()
+	b = append(b, make([]byte, padded(int64(len(b)))-int64(len(b)))...)
+	return append(b, stored...)
+}
+
+// gnuSparseHeader makes an old GNU sparse header ('S') with the first
+// four entries in the header; the rest go to extension blocks.
+func gnuSparseHeader(name string, realsize int64, chunks []SparseChunk) []byte {
+	var stored int64
+	for _, c := range chunks {
+		stored += c.Length
+	}
+	putEntries := func(b []byte, cs []SparseChunk) {
+		for i, c := range cs {
+			putNum(b[i*24:i*24+12], c.Offset)
+			putNum(b[i*24+12:i*24+24], c.Length)
+		}
+	}
+	first := chunks[:min(4, len(chunks))]
+	rest := chunks[len(first):]
+	var out bytes.Buffer
+	out.Write(hb{name: name, typeflag: 'S', mode: 0o644, size: stored, format: formatGNU, tweak: func(b []byte) {
+		putEntries(b[386:], first)
+		if len(rest) > 0 {
+			b[482] = 1
+		}
+		putNum(b[483:495], realsize)
+	}}.block())
+	for len(rest) > 0 {
+		blk := make([]byte, blockSize)
+		n := min(21, len(rest))
+		putEntries(blk, rest[:n])
+		rest = rest[n:]
+		if len(rest) > 0 {
+			blk[504] = 1
+		}
+		out.Write(blk)
+	}
+	return out.Bytes()
+}
+
+// anyContent in craftedCase.content skips the content check of a member.
+const anyContent = "\x01any"
+
+type craftedCase struct {
+	name    string
+	data    []byte
+	lim     Limits
+	want    []Header
+	content []string // logical content of the members, when set
+	err     string   // errKind of the final error
+	errHas  string   // text the error must contain
+}
+
+func craftedCases() []craftedCase {
+	var cases []craftedCase
+	add := func(c craftedCase) { cases = append(cases, c) }
+	hello := []byte("hello")
+
+	// --- Formats and header fields. ---
+	{
+		a := &arch{}
+		a.file(hb{name: "v7file", typeflag: 0, uid: 7, gid: 8, mtime: 1000, format: formatV7}, hello)
+		a.hdr(hb{name: "v7dir/", typeflag: 0, mode: 0o755, format: formatV7})
+		a.hdr(hb{name: "v7dir0/", typeflag: '0', mode: 0o755, format: formatV7})
+		a.hdr(hb{name: "v7hard", typeflag: '1', linkname: "v7file", format: formatV7})
+		add(craftedCase{name: "v7", data: a.end(), want: []Header{
+			H("v7file", TypeReg, 5, func(h *Header) { h.UID, h.GID, h.MTime = 7, 8, 1000e9 }),
+			H("v7dir/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
+			H("v7dir0/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
+			H("v7hard", TypeLink, 0, func(h *Header) { h.Linkname = "v7file" }),
+		}, content: []string{"hello", "", "", ""}})
+	}
+	{
+		a := &arch{}
+		a.file(hb{name: "é-signed", typeflag: '0', format: formatUSTAR, signedSum: true, uname: "ü"}, hello)
+		add(craftedCase{name: "signed checksum", data: a.end(), want: []Header{
+			H("é-signed", TypeReg, 5, func(h *Header) { h.Uname = "ü" }),
+		}})
+	}
+	{
+		a := &arch{}
+		a.Write(hb{name: "spaces", typeflag: '0', format: formatUSTAR, tweak: func(b []byte) {
+			copy(b[100:108], "    644 ")
+			copy(b[108:116], "\x00\x00  12 \x00")
+			copy(b[124:136], "         5 \x00")
+			copy(b[136:148], "17\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+		}}.block())
+		a.data(hello)
+		add(craftedCase{name: "octal with spaces and NULs", data: a.end(), want: []Header{
+			H("spaces", TypeReg, 5, func(h *Header) { h.UID, h.MTime = 0o12, 0o17*1e9 }),
+		}, content: []string{"hello"}})
+	}
+	{
+		a := &arch{}
+		a.Write(hb{name: "b256", typeflag: '0', format: formatGNU, tweak: func(b []byte) {
+			putBase256(b[124:136], 5)
+			putBase256(b[108:116], 1<<40)
+			putBase256(b[136:148], -1234)
+			putBase256(b[100:108], 0o640)
+		}}.block())
+		a.data(hello)
+		add(craftedCase{name: "base-256", data: a.end(), want: []Header{
+			H("b256", TypeReg, 5, func(h *Header) { h.UID, h.MTime, h.Mode = 1<<40, -1234e9, 0o640 }),
+		}, content: []string{"hello"}})
+	}
+	for _, bad := range []struct {
+		name  string
+		tweak func(b []byte)
+		has   string
+	}{
+		{"size base-256 overflow", func(b []byte) { copy(b[124:136], "\x81\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00") }, "size"},
+		{"size base-256 63 bits", func(b []byte) { copy(b[124:136], "\x80\x00\x00\x00\x80\x00\x00\x00\x00\x00\x00\x00") }, "size"},
+		{"negative size", func(b []byte) { putBase256(b[124:136], -512) }, "negative size"},
+		{"negative uid", func(b []byte) { putBase256(b[108:116], -1) }, "negative uid"},
+		{"octal garbage", func(b []byte) { copy(b[124:136], "0000012x4\x00\x00\x00") }, "size"},
+		{"octal digits after space", func(b []byte) { copy(b[100:108], "644 644\x00") }, "mode"},
+		{"eight in octal", func(b []byte) { copy(b[136:148], "00000000008\x00") }, "mtime"},
+		{"bad devmajor", func(b []byte) { b[156] = '3'; copy(b[329:337], "zz\x00") }, "devmajor"},
+		{"bad gnu atime", func(b []byte) { copy(b[345:357], "abc") }, "atime"},
+	} {
+		a := &arch{}
+		a.file(hb{name: "ok", typeflag: '0', format: formatGNU}, hello)
+		a.Write(hb{name: "bad", typeflag: '0', format: formatGNU, size: 5, tweak: bad.tweak}.block())
+		a.data(hello)
+		add(craftedCase{name: bad.name, data: a.end(), want: []Header{H("ok", TypeReg, 5)},
+			err: "ErrCorrupt", errHas: bad.has})
+	}
+	{
+		a := &arch{}
+		a.file(hb{name: "name", prefix: "star/prefix", typeflag: '0', format: formatStar, atime: 100, ctime: 200}, hello)
+		add(craftedCase{name: "star", data: a.end(), want: []Header{
+			H("star/prefix/name", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = 100e9, true, 200e9, true }),
+		}})
+	}
+	{
+		a := &arch{}
+		a.file(hb{name: "gnutimes", typeflag: '0', format: formatGNU, atime: 100, ctime: 200}, hello)
+		a.file(hb{name: "ustarprefix", prefix: "p", typeflag: '0', format: formatUSTAR}, hello)
+		add(craftedCase{name: "gnu times and ustar prefix", data: a.end(), want: []Header{
+			H("gnutimes", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = 100e9, true, 200e9, true }),
+			H("p/ustarprefix", TypeReg, 5),
+		}})
+	}
+	{
+		a := &arch{}
+		a.hdr(hb{name: "dev", typeflag: '3', format: formatUSTAR, devmajor: 5, devminor: 1})
+		a.pax('x', "SCHILY.devmajor=300000", "SCHILY.devminor=70000")
+		a.hdr(hb{name: "bigdev", typeflag: '4', format: formatUSTAR})
+		a.hdr(hb{name: "notdev", typeflag: '6', format: formatUSTAR, devmajor: 5, devminor: 1})
+		add(craftedCase{name: "devices", data: a.end(), want: []Header{
+			H("dev", TypeChar, 0, func(h *Header) { h.Devmajor, h.Devminor = 5, 1 }),
+			H("bigdev", TypeBlock, 0, func(h *Header) { h.Devmajor, h.Devminor = 300000, 70000 }),
+			H("notdev", TypeFIFO, 0),
+		}})
+	}
+
+	// --- Type flags. ---
+	{
+		a := &arch{}
+		a.hdr(hb{name: "VOLUME", typeflag: 'V', format: formatGNU})
+		a.file(hb{name: "dump/", typeflag: 'D', format: formatGNU, mode: 0o755}, []byte("Yfile\x00Nother\x00\x00"))
+		a.file(hb{name: "contig", typeflag: '7', format: formatUSTAR}, hello)
+		a.file(hb{name: "unknown", typeflag: 'Z', format: formatUSTAR}, hello)
+		a.file(hb{name: "hardwithdata", typeflag: '1', linkname: "contig", format: formatUSTAR}, hello)
+		a.file(hb{name: "after", typeflag: '0', format: formatUSTAR}, hello)
+		add(craftedCase{name: "type flags", data: a.end(), want: []Header{
+			H("dump/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
+			H("contig", TypeReg, 5),
+			H("unknown", TypeReg, 5),
+			H("hardwithdata", TypeLink, 0, func(h *Header) { h.Linkname = "contig" }),
+			H("after", TypeReg, 5),
+		}, content: []string{"", "hello", "hello", "", "hello"}})
+	}
+	{
+		a := &arch{}
+		a.file(hb{name: "first", typeflag: '0', format: formatGNU}, hello)
+		a.hdr(hb{name: "cont", typeflag: 'M', format: formatGNU, size: 5})
+		add(craftedCase{name: "multi-volume", data: a.end(), want: []Header{H("first", TypeReg, 5)},
+			err: "ErrCorrupt", errHas: "multi-volume"})
+	}
+
+	// --- GNU long names. ---
+	{
+		long := strings.Repeat("L", 300)
+		a := &arch{}
+		a.file(hb{name: "././@LongLink", typeflag: 'L', format: formatGNU}, []byte(long+"\x00"))
+		a.file(hb{name: "././@LongLink", typeflag: 'K', format: formatGNU}, []byte(long+"-target\x00"))
+		a.hdr(hb{name: "short", typeflag: '2', linkname: "shortlink", format: formatGNU})
+		a.file(hb{name: "././@LongLink", typeflag: 'L', format: formatGNU}, []byte("no-nul"))
+		a.hdr(hb{name: "short2", typeflag: '0', format: formatGNU})
+		a.hdr(hb{name: "plain", typeflag: '0', format: formatGNU})
+		add(craftedCase{name: "gnu long names", data: a.end(), want: []Header{
+			H(long, TypeSymlink, 0, func(h *Header) { h.Linkname = long + "-target" }),
+			H("no-nul", TypeReg, 0),
+			H("plain", TypeReg, 0),
+		}})
+		b := &arch{}
+		b.file(hb{name: "././@LongLink", typeflag: 'L', format: formatGNU}, []byte(long+"\x00"))
+		b.hdr(hb{name: "short", typeflag: '0', format: formatGNU})
+		add(craftedCase{name: "gnu long name over the limit", data: b.end(), lim: Limits{MaxNameLen: 100},
+			err: "ErrCorrupt", errHas: "long name"})
+		c := &arch{}
+		c.pax('x', "path="+long)
+		c.hdr(hb{name: "short", typeflag: '0', format: formatUSTAR})
+		add(craftedCase{name: "pax path over the limit", data: c.end(), lim: Limits{MaxNameLen: 100},
+			err: "ErrCorrupt", errHas: "name limit"})
+	}
+
+	// --- Pax records. ---
+	{
+		a := &arch{}
+		a.pax('x', "path=pax/name", "linkpath=pax/target", "uid=123456789", "gid=987654321",
+			"uname=paxuser", "gname=paxgroup", "mtime=1700000000.5", "atime=-1.25", "ctime=12.1234567891",
+			"size=5", "comment=hi", "SCHILY.xattr.user.a=1", "LIBARCHIVE.xattr.user.b%3Dc=aGk",
+			"LIBARCHIVE.xattr.user.pad=aGk=", "hdrcharset=BINARY")
+		a.hdr(hb{name: "ustar", linkname: "ustarlink", typeflag: '0', size: 0, format: formatUSTAR, uname: "u", gname: "g"})
+		a.data(hello)
+		a.pax('x', "uname=", "path=", "mtime=99999999999999999")
+		a.hdr(hb{name: "emptyvalues", typeflag: '0', format: formatUSTAR, uname: "u", mtime: 5})
+		a.pax('X', "path=solaris")
+		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		add(craftedCase{name: "pax records", data: a.end(), want: []Header{
+			H("pax/name", TypeReg, 5, func(h *Header) {
+				h.Linkname, h.UID, h.GID, h.Uname, h.Gname = "pax/target", 123456789, 987654321, "paxuser", "paxgroup"
+				h.MTime, h.ATime, h.HasATime, h.CTime, h.HasCTime = 1700000000_500000000, -1_250000000, true, 12_123456789, true
+				h.Xattrs = []Xattr{{"user.a", "1"}, {"user.b=c", "hi"}, {"user.pad", "hi"}}
+				h.PAX = map[string]string{"comment": "hi", "hdrcharset": "BINARY"}
+			}),
+			H("emptyvalues", TypeReg, 0, func(h *Header) { h.Uname, h.MTime = "u", math.MaxInt64 }),
+			H("solaris", TypeReg, 0),
+		}, content: []string{"hello", "", ""}})
+	}
+	{
+		var recs []string
+		for i := range 40 {
+			recs = append(recs, fmt.Sprintf("SCHILY.xattr.user.k%02d=%d", i%20, i))
+		}
+		a := &arch{}
+		a.pax('x', "SCHILY.xattr.b=1", "SCHILY.xattr.a=2", "LIBARCHIVE.xattr.b=Mw", "SCHILY.xattr.empty=")
+		a.hdr(hb{name: "order", typeflag: '0', format: formatUSTAR})
+		a.pax('x', recs...)
+		a.hdr(hb{name: "many", typeflag: '0', format: formatUSTAR})
+		var many []Xattr
+		for i := range 20 {
+			many = append(many, Xattr{fmt.Sprintf("user.k%02d", i), fmt.Sprint(i + 20)})
+		}
+		add(craftedCase{name: "xattr order and duplicates", data: a.end(), want: []Header{
+			H("order", TypeReg, 0, func(h *Header) { h.Xattrs = []Xattr{{"b", "3"}, {"a", "2"}, {"empty", ""}} }),
+			H("many", TypeReg, 0, func(h *Header) { h.Xattrs = many }),
+		}})
+	}
+	{
+		a := &arch{}
+		a.pax('g', "uname=guser", "mtime=42", "path=ignored", "linkpath=ignored", "size=99",
+			"SCHILY.xattr.user.g=global", "comment=global")
+		a.pax('x', "uname=own")
+		a.hdr(hb{name: "one", typeflag: '0', format: formatUSTAR, uname: "hdr"})
+		a.hdr(hb{name: "two", typeflag: '0', format: formatUSTAR, uname: "hdr"})
+		a.pax('g', "uname=", "comment=changed", "SCHILY.xattr.user.h=more")
+		a.hdr(hb{name: "three", typeflag: '0', format: formatUSTAR, uname: "hdr"})
+		a.pax('g', "comment=")
+		a.pax('x', "SCHILY.xattr.user.g=mine")
+		a.hdr(hb{name: "four", typeflag: '0', format: formatUSTAR, uname: "hdr"})
+		add(craftedCase{name: "pax global", data: a.end(), want: []Header{
+			H("one", TypeReg, 0, func(h *Header) {
+				h.Uname, h.MTime, h.Xattrs, h.PAX = "own", 42e9, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
+			}),
+			H("two", TypeReg, 0, func(h *Header) {
+				h.Uname, h.MTime, h.Xattrs, h.PAX = "guser", 42e9, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
+			}),
+			H("three", TypeReg, 0, func(h *Header) {
+				h.Uname, h.MTime, h.Xattrs, h.PAX = "hdr", 42e9, []Xattr{{"user.g", "global"}, {"user.h", "more"}}, map[string]string{"comment": "changed"}
+			}),
+			H("four", TypeReg, 0, func(h *Header) {
+				h.Uname, h.MTime, h.Xattrs = "hdr", 42e9, []Xattr{{"user.g", "mine"}, {"user.h", "more"}}
+			}),
+		}})
+	}
+	{
+		a := &arch{}
+		a.pax('g', "mtime=bad")
+		add(craftedCase{name: "bad pax global record", data: a.end(), err: "ErrCorrupt", errHas: "header at 0: pax global record"})
+		b := &arch{}
+		b.pax('g', "comment="+strings.Repeat("c", 600))
+		b.pax('g', "other="+strings.Repeat("o", 600))
+		add(craftedCase{name: "pax global records over the limit", data: b.end(), lim: Limits{MaxGlobalPAXSize: 1024},
+			err: "ErrCorrupt", errHas: "header at 1536: pax global records exceed"})
+		var recs []string
+		for i := range 300 {
+			recs = append(recs, fmt.Sprintf("k%d=v", i))
+		}
+		c := &arch{}
+		c.pax('g', recs...)
+		add(craftedCase{name: "too many pax global records", data: c.end(), err: "ErrCorrupt", errHas: "more than 256"})
+	}
+	{
+		a := &arch{}
+		a.pax('g', "comment=only a global header")
+		add(craftedCase{name: "only a global header", data: a.end()})
+	}
+	for _, bad := range []struct {
+		name string
+		raw  string
+		has  string
+	}{
+		{"length too short", "5 path=abc\n", "no newline"},
+		{"length too long", "50 path=abc\n", "out of range"},
+		{"length not a number", "x path=abc\n", "bad length"},
+		{"huge length", "999999999999999999 path=abc\n", "out of range"},
+		{"no space", "12path=abc\n", "bad length"},
+		{"no equals sign", paxRecord("pathabc"), "no key=value"},
+		{"empty key", paxRecord("=abc"), "no key=value"},
+		{"non-UTF-8 key", paxRecord("pa\xffth=abc"), "UTF-8"},
+		{"NUL in key", paxRecord("pa\x00th=abc"), "UTF-8"},
+		{"bad mtime", paxRecord("mtime=12a"), "mtime"},
+		{"bad mtime fraction", paxRecord("mtime=12.3e4"), "mtime"},
+		{"only a minus", paxRecord("mtime=-"), "mtime"},
+		{"negative size", paxRecord("size=-1"), "size"},
+		{"size overflow", paxRecord("size=99999999999999999999"), "size"},
+		{"bad uid", paxRecord("uid=1x"), "uid"},
+		{"bad base64 xattr", paxRecord("LIBARCHIVE.xattr.user.a=!!!"), "base64"},
+		{"bad url xattr name", paxRecord("LIBARCHIVE.xattr.user%zz=aGk"), "escape"},
+		{"empty xattr name", paxRecord("SCHILY.xattr.=v"), "xattr name"},
+	} {
+		a := &arch{}
+		a.file(hb{name: "ok", typeflag: '0', format: formatUSTAR}, nil)
+		a.file(hb{name: "PaxHeaders/bad", typeflag: 'x', format: formatUSTAR}, []byte(bad.raw))
+		a.hdr(hb{name: "bad", typeflag: '0', format: formatUSTAR})
+		add(craftedCase{name: "pax " + bad.name, data: a.end(), want: []Header{H("ok", TypeReg, 0)},
+			err: "ErrCorrupt", errHas: bad.has})
+	}
+	{
+		a := &arch{}
+		a.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(paxRecord("path=nul-padded")+"\x00\x00\x00"))
+		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		add(craftedCase{name: "pax NUL padding", data: a.end(), want: []Header{H("nul-padded", TypeReg, 0)}})
+	}
+	{
+		big := paxRecord("comment=" + strings.Repeat("c", 2000))
+		a := &arch{}
+		a.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(big))
+		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		add(craftedCase{name: "pax header over the limit", data: a.end(), lim: Limits{MaxPAXSize: 1024},
+			err: "ErrCorrupt", errHas: "exceed the limit"})
+		b := &arch{}
+		half := paxRecord("comment=" + strings.Repeat("c", 700))
+		b.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(half))
+		b.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(half))
+		b.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		add(craftedCase{name: "pax headers over the limit together", data: b.end(), lim: Limits{MaxPAXSize: 1024},
+			err: "ErrCorrupt", errHas: "exceed the limit"})
+		c := &arch{}
+		c.hdr(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR, size: 1 << 60})
+		add(craftedCase{name: "absurd pax size", data: c.end(), err: "ErrCorrupt", errHas: "exceed the limit"})
+		d := &arch{}
+		d.hdr(hb{name: "PaxHeaders/g", typeflag: 'g', format: formatUSTAR, size: 1 << 40})
+		add(craftedCase{name: "absurd global size", data: d.end(), err: "ErrCorrupt", errHas: "exceeds the limit"})
+		e := &arch{}
+		e.hdr(hb{name: "L", typeflag: 'L', format: formatGNU, size: 1 << 50})
+		add(craftedCase{name: "absurd long name size", data: e.end(), err: "ErrCorrupt", errHas: "exceeds the limit"})
+		f := &arch{}
+		f.hdr(hb{name: "huge", typeflag: '0', format: formatGNU, size: math.MaxInt64})
+		add(craftedCase{name: "absurd member size", data: f.end(), err: "ErrCorrupt", errHas: "out of range"})
+		g := &arch{}
+		g.hdr(hb{name: "huge", typeflag: '0', format: formatGNU, size: 1 << 50})
+		add(craftedCase{name: "member size past the end", data: g.end(),
+			want: []Header{H("huge", TypeReg, 1<<50)}, err: "ErrTruncated", errHas: "data ends"})
+	}
+
+	// --- Sparse files. ---
+	{
+		a := &arch{}
+		a.pax('x', "GNU.sparse.size=100", "GNU.sparse.numblocks=3", "GNU.sparse.offset=0", "GNU.sparse.numbytes=2",
+			"GNU.sparse.offset=50", "GNU.sparse.numbytes=3", "GNU.sparse.offset=100", "GNU.sparse.numbytes=0",
+			"GNU.sparse.name=real00")
+		a.file(hb{name: "GNUSparseFile.0/real00", typeflag: '0', format: formatUSTAR}, []byte("ab123"))
+		a.pax('x', "GNU.sparse.size=10", "GNU.sparse.numblocks=2", "GNU.sparse.map=1,2,5,3")
+		a.file(hb{name: "sparse01", typeflag: '0', format: formatUSTAR}, []byte("xyzuv"))
+		a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=real10", "GNU.sparse.realsize=20")
+		a.file(hb{name: "GNUSparseFile.0/real10", typeflag: '0', format: formatUSTAR},
+			sparse1Data([]SparseChunk{{0, 5}, {10, 3}, {20, 0}}, "helloabc"))
+		var manyChunks []SparseChunk
+		var stored strings.Builder
+		for i := range int64(100) {
+			manyChunks = append(manyChunks, SparseChunk{i * 1000, 7})
+			stored.WriteString("0123456")
+		}
+		a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=long10", "GNU.sparse.realsize=100000")
+		a.file(hb{name: "GNUSparseFile.0/long10", typeflag: '0', format: formatUSTAR},
+			sparse1Data(manyChunks, stored.String()))
+		a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=4096")
+		a.file(hb{name: "allhole", typeflag: '0', format: formatUSTAR}, sparse1Data(nil, ""))
+		add(craftedCase{name: "pax sparse", data: a.end(), want: []Header{
+			H("real00", TypeReg, 100, func(h *Header) { h.Sparse, h.StoredSize = []SparseChunk{{0, 2}, {50, 3}}, 5 }),
+			H("sparse01", TypeReg, 10, func(h *Header) { h.Sparse, h.StoredSize = []SparseChunk{{1, 2}, {5, 3}}, 5 }),
+			H("real10", TypeReg, 20, func(h *Header) { h.Sparse, h.StoredSize = []SparseChunk{{0, 5}, {10, 3}}, 8 }),
+			H("long10", TypeReg, 100000, func(h *Header) { h.Sparse, h.StoredSize = manyChunks, 700 }),
+			H("allhole", TypeReg, 4096, func(h *Header) { h.Sparse, h.StoredSize = []SparseChunk{}, 0 }),
+		}, content: []string{
+			"ab" + strings.Repeat("\x00", 48) + "123" + strings.Repeat("\x00", 47),
+			"\x00xy\x00\x00zuv\x00\x00",
+			"hello\x00\x00\x00\x00\x00abc" + strings.Repeat("\x00", 7),
+			anyContent, strings.Repeat("\x00", 4096),
+		}})
+	}
+	{
+		chunks := []SparseChunk{{0, 1}, {10, 2}, {20, 1}, {30, 1}, {40, 1}, {50, 1}}
+		var many []SparseChunk
+		var stored strings.Builder
+		for i := range int64(30) {
+			many = append(many, SparseChunk{i * 10, 1})
+			stored.WriteByte('a' + byte(i%26))
+		}
+		a := &arch{}
+		a.Write(gnuSparseHeader("oldgnu", 60, chunks))
+		a.data([]byte("abcdefg"))
+		a.Write(gnuSparseHeader("oldgnu30", 300, many))
+		a.data([]byte(stored.String()))
+		a.Write(gnuSparseHeader("oldgnu2", 100, []SparseChunk{{10, 2}, {100, 0}}))
+		a.data([]byte("zz"))
+		add(craftedCase{name: "old gnu sparse", data: a.end(), want: []Header{
+			H("oldgnu", TypeReg, 60, func(h *Header) { h.Sparse, h.StoredSize = chunks, 7 }),
+			H("oldgnu30", TypeReg, 300, func(h *Header) { h.Sparse, h.StoredSize = many, 30 }),
+			H("oldgnu2", TypeReg, 100, func(h *Header) { h.Sparse, h.StoredSize = []SparseChunk{{10, 2}}, 2 }),
+		}, content: []string{"a" + strings.Repeat("\x00", 9) + "bc" + strings.Repeat("\x00", 8) + "d" +
+			strings.Repeat("\x00", 9) + "e" + strings.Repeat("\x00", 9) + "f" + strings.Repeat("\x00", 9) + "g" +
+			strings.Repeat("\x00", 9), anyContent, strings.Repeat("\x00", 10) + "zz" + strings.Repeat("\x00", 88)}})
+		b := &arch{}
+		b.Write(gnuSparseHeader("cut", 300, many)[:2*blockSize+100])
+		add(craftedCase{name: "old gnu sparse cut in an extension block", data: b.Bytes(),
+			err: "ErrTruncated", errHas: "extension block"})
+		c := &arch{}
+		c.Write(gnuSparseHeader("toomany", 300, many))
+		c.data([]byte(stored.String()))
+		add(craftedCase{name: "old gnu sparse over the chunk limit", data: c.end(), lim: Limits{MaxSparseChunks: 10},
+			err: "ErrCorrupt", errHas: "sparse"})
+		d := &arch{}
+		d.Write(hb{name: "notgnu", typeflag: 'S', format: formatUSTAR}.block())
+		add(craftedCase{name: "old gnu sparse without gnu magic", data: d.end(), err: "ErrCorrupt", errHas: "GNU magic"})
+	}
+	for _, bad := range []struct {
+		name string
+		recs []string
+		data []byte
+		has  string
+	}{
+		{"overlap", []string{"GNU.sparse.size=100", "GNU.sparse.map=0,10,5,10"}, make([]byte, 20), "overlaps"},
+		{"unsorted", []string{"GNU.sparse.size=100", "GNU.sparse.map=50,10,0,10"}, make([]byte, 20), "overlaps"},
+		{"past realsize", []string{"GNU.sparse.size=100", "GNU.sparse.map=95,10"}, make([]byte, 10), "outside"},
+		{"sum differs", []string{"GNU.sparse.size=100", "GNU.sparse.map=0,10"}, make([]byte, 20), "stored"},
+		{"odd map", []string{"GNU.sparse.size=100", "GNU.sparse.map=0,10,20"}, make([]byte, 10), "odd"},
+		{"bad map number", []string{"GNU.sparse.size=100", "GNU.sparse.map=0,1x"}, make([]byte, 10), "decimal"},
+		{"numblocks differs", []string{"GNU.sparse.size=100", "GNU.sparse.numblocks=2", "GNU.sparse.map=0,10"}, make([]byte, 10), "numblocks"},
+		{"numbytes first", []string{"GNU.sparse.size=100", "GNU.sparse.numbytes=10"}, make([]byte, 10), "numbytes without"},
+		{"offset without numbytes", []string{"GNU.sparse.size=100", "GNU.sparse.offset=10"}, nil, "without GNU.sparse.numbytes"},
+		{"two offsets", []string{"GNU.sparse.size=100", "GNU.sparse.offset=1", "GNU.sparse.offset=2"}, nil, "two offsets"},
+		{"no realsize", []string{"GNU.sparse.map=0,10"}, make([]byte, 10), "realsize"},
+		{"version 2", []string{"GNU.sparse.major=2", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"}, make([]byte, 512), "version 2.0"},
+		{"1.0 map past data", []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"}, []byte("1\n0\n5\n"), "runs past"},
+		{"1.0 map without data", []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"},
+			nil, "runs past"},
+		{"1.0 map garbage", []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"},
+			append([]byte("1\n0\nx\n"), make([]byte, 506)...), "malformed sparse map"},
+		{"1.0 map empty number", []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"},
+			append([]byte("1\n\n5\n"), make([]byte, 507)...), "malformed sparse map"},
+		{"1.0 map huge number", []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"},
+			append([]byte("1\n0\n99999999999999999999999\n"), make([]byte, 485)...), "malformed sparse map"},
+		{"1.0 map count over limit", []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"},
+			append([]byte("999999999\n"), make([]byte, 502)...), "exceeds the limit"},
+		{"1.0 chunks past realsize", []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=10"},
+			sparse1Data([]SparseChunk{{8, 5}}, "abcde"), "outside"},
+	} {
+		a := &arch{}
+		a.pax('x', bad.recs...)
+		a.file(hb{name: "bad", typeflag: '0', format: formatUSTAR}, bad.data)
+		add(craftedCase{name: "sparse " + bad.name, data: a.end(), err: "ErrCorrupt", errHas: bad.has})
+	}
+	{
+		a := &arch{}
+		a.pax('x', "GNU.sparse.size=100", "GNU.sparse.map=0,10")
+		a.hdr(hb{name: "dir/", typeflag: '5', format: formatUSTAR, mode: 0o755})
+		add(craftedCase{name: "sparse records on a directory", data: a.end(), want: []Header{
+			H("dir/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
+		}})
+	}
+
+	// --- Archive ends. ---
+	{
+		a := &arch{}
+		a.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
+		noEnd := bytes.Clone(a.Bytes())
+		oneZero := append(bytes.Clone(noEnd), make([]byte, blockSize)...)
+		cutZero := append(bytes.Clone(noEnd), make([]byte, blockSize+100)...)
+		cutFirstZero := append(bytes.Clone(noEnd), make([]byte, 100)...)
+		lone := append(bytes.Clone(oneZero), hb{name: "g", typeflag: '0', format: formatUSTAR}.block()...)
+		lone = append(lone, make([]byte, 1024)...)
+		want := []Header{H("f", TypeReg, 5)}
+		add(craftedCase{name: "no end marker", data: noEnd, want: want})
+		add(craftedCase{name: "one zero block", data: oneZero, want: want})
+		add(craftedCase{name: "cut end marker", data: cutZero, want: want})
+		add(craftedCase{name: "cut first zero block", data: cutFirstZero, want: want})
+		add(craftedCase{name: "lone zero block", data: lone, want: want, err: "ErrCorrupt", errHas: "lone zero block"})
+		add(craftedCase{name: "empty stream", data: nil})
+		add(craftedCase{name: "only an end marker", data: make([]byte, 1024)})
+		b := &arch{}
+		b.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
+		b.pax('x', "path=p")
+		add(craftedCase{name: "stream ends after pax header", data: b.Bytes(), want: want,
+			err: "ErrTruncated", errHas: "after an extended header"})
+		add(craftedCase{name: "zero block after pax header", data: bytes.Clone(b.end()), want: want,
+			err: "ErrCorrupt", errHas: "zero block after"})
+		c := &arch{}
+		c.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
+		c.Write(hb{name: "g", typeflag: '0', format: formatUSTAR}.block()[:300])
+		add(craftedCase{name: "cut header", data: c.Bytes(), want: want, err: "ErrTruncated", errHas: "300 of 512"})
+		d := &arch{}
+		d.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
+		bad := hb{name: "g", typeflag: '0', format: formatUSTAR}.block()
+		bad[0] ^= 1
+		d.Write(bad)
+		add(craftedCase{name: "bad checksum later", data: d.end(), want: want, err: "ErrCorrupt", errHas: "bad checksum"})
+		e := hb{name: "g", typeflag: '0', format: formatUSTAR}.block()
+		e[0] ^= 1
+		add(craftedCase{name: "bad checksum first", data: append(e, make([]byte, 1024)...), err: "ErrNotTar", errHas: "bad checksum"})
+		f := hb{name: "g", typeflag: '0', format: formatUSTAR}.block()
+		copy(f[148:156], "zzzzzzzz")
+		add(craftedCase{name: "unreadable checksum", data: f, err: "ErrNotTar"})
+	}
+	return cases
+}
+
+// TestCrafted runs hand-made archives through every kind of reader.
+func TestCrafted(t *testing.T) {
+	for _, tc := range craftedCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.err == "" {
+				tc.err = "nil"
+			}
+			for _, rk := range readerKinds {
+				s := NewScanner(rk.wrap(tc.data), tc.lim)
+				var hs []*Header
+				var err error
+				var contents [][]byte
+				for {
+					var h *Header
+					if h, err = s.Next(); err != nil {
+						break
+					}
+					hs = append(hs, h)
+					var c []byte
+					if h.DataOffset+h.StoredSize <= int64(len(tc.data)) {
+						c = logical(tc.data, h)
+					}
+					contents = append(contents, c)
+				}
+				if err == io.EOF {
+					err = nil
+				}
+				if got := errKind(err); got != tc.err {
+					t.Fatalf("%s: error: got %v, want %s", rk.name, err, tc.err)
+				}
+				if err != nil && !strings.Contains(err.Error(), tc.errHas) {
+					t.Errorf("%s: error: got %q, want it to contain %q", rk.name, err, tc.errHas)
+				}
+				if err != nil {
+					if _, again := s.Next(); again != err {
+						t.Errorf("%s: error after error: got %v, want %v", rk.name, again, err)
+					}
+				}
+				if len(hs) != len(tc.want) {
+					t.Fatalf("%s: got %d members, want %d", rk.name, len(hs), len(tc.want))
+				}
+				for i := range hs {
+					if got := project(hs[i]); !reflect.DeepEqual(got, tc.want[i]) {
+						t.Errorf("%s: member %d:\n got %+v\nwant %+v", rk.name, i, got, tc.want[i])
+					}
+					if tc.content != nil && tc.content[i] != anyContent && string(contents[i]) != tc.content[i] {
+						t.Errorf("%s: member %d content: got %q, want %q", rk.name, i, clip(contents[i]), clip([]byte(tc.content[i])))
+					}
+				}
+				if err == nil {
+					checkTiling(t, hs, tc.data)
+				}
+			}
+		})
+	}
+}
+
+// countingReader serves data and counts the bytes handed out.
+type countingReader struct {
+	data []byte
+	n    int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n == len(c.data) {
+		return 0, io.EOF
+	}
+	m := copy(p, c.data[c.n:])
+	c.n += m
+	return m, nil
+}
+
+// TestStopsAtEndMarker checks that nothing after the end marker is read.
+func TestStopsAtEndMarker(t *testing.T) {
+	a := &arch{}
+	a.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, []byte("hello"))
+	end := a.Len() + 1024
+	data := append(a.end(), bytes.Repeat([]byte("garbage!"), 1000)...)
+	r := &countingReader{data: data}
+	s := NewScanner(r, Limits{})
+	if _, err := s.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(); err != io.EOF {
+		t.Fatalf("Next: got %v, want io.EOF", err)
+	}
+	if r.n != end {
+		t.Errorf("bytes read: got %d, want %d", r.n, end)
+	}
+	if s.Offset() != int64(end) {
+		t.Errorf("Offset: got %d, want %d", s.Offset(), end)
+	}
+	if _, err := s.Next(); err != io.EOF {
+		t.Errorf("Next after the end: got %v, want io.EOF", err)
+	}
+}
+
+// TestRead reads member data through the Scanner.
+func TestRead(t *testing.T) {
+	a := &arch{}
+	a.file(hb{name: "a", typeflag: '0', format: formatUSTAR}, []byte("first file"))
+	a.file(hb{name: "b", typeflag: '0', format: formatUSTAR}, bytes.Repeat([]byte("0123456789"), 100))
+	a.hdr(hb{name: "d/", typeflag: '5', format: formatUSTAR})
+	a.file(hb{name: "c", typeflag: '0', format: formatUSTAR}, []byte("third"))
+	data := a.end()
+	for _, rk := range readerKinds {
+		t.Run(rk.name, func(t *testing.T) {
+			s := NewScanner(rk.wrap(data), Limits{})
+			for _, want := range []struct {
+				name, content string
+				readAll       bool
+			}{{"a", "first file", true}, {"b", strings.Repeat("0123456789", 100), false}, {"d/", "", true}, {"c", "third", true}} {
+				h, err := s.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if h.Name != want.name {
+					t.Fatalf("Name: got %q, want %q", h.Name, want.name)
+				}
+				if !want.readAll {
+					p := make([]byte, 15)
+					if n, err := io.ReadFull(s, p); err != nil || string(p[:n]) != want.content[:15] {
+						t.Fatalf("%s: partial read: got %q, %v, want %q", h.Name, p[:n], err, want.content[:15])
+					}
+					if got := s.Offset(); got != h.DataOffset+15 {
+						t.Errorf("%s: Offset: got %d, want %d", h.Name, got, h.DataOffset+15)
+					}
+					continue
+				}
+				got, err := io.ReadAll(s)
+				if err != nil || string(got) != want.content {
+					t.Fatalf("%s: ReadAll: got %q, %v, want %q", h.Name, got, err, want.content)
+				}
+			}
+			if _, err := s.Next(); err != io.EOF {
+				t.Fatalf("Next: got %v, want io.EOF", err)
+			}
+		})
+	}
+	t.Run("truncated", func(t *testing.T) {
+		s := NewScanner(bytes.NewReader(data[:512+5]), Limits{})
+		if _, err := s.Next(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := io.ReadAll(s)
+		if got := errKind(err); got != "ErrTruncated" {
+			t.Fatalf("ReadAll: got %v, want ErrTruncated", err)
+		}
+	})
+}
+
+// TestDiscardUsed checks that a reader with Discard is used to skip data.
+func TestDiscardUsed(t *testing.T) {
+	a := &arch{}
+	a.file(hb{name: "a", typeflag: '0', format: formatUSTAR}, make([]byte, 10000))
+	a.file(hb{name: "b", typeflag: '0', format: formatUSTAR}, make([]byte, 10000))
+	r := &discard64Reader{r: bytes.NewReader(a.end())}
+	hs, err := scanReader(r, Limits{})
+	if err != nil || len(hs) != 2 {
+		t.Fatalf("scan: got %d members, %v, want 2, nil", len(hs), err)
+	}
+	if r.discards != 2 {
+		t.Errorf("Discard calls: got %d, want 2", r.discards)
+	}
+}
+
+// TestBase64Values checks xattr values of every length through base64,
+// padded or not.
+func TestBase64Values(t *testing.T) {
+	for n := range 7 {
+		v := strings.Repeat("\xfe", n)
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
+			a := &arch{}
+			a.pax('x', "LIBARCHIVE.xattr.user.v="+enc.EncodeToString([]byte(v)))
+			a.hdr(hb{name: "f", typeflag: '0', format: formatUSTAR})
+			hs, err := scanAll(a.end(), Limits{})
+			if err != nil {
+				t.Fatalf("len %d: %v", n, err)
+			}
+			if want := []Xattr{{"user.v", v}}; !reflect.DeepEqual(hs[0].Xattrs, want) {
+				t.Errorf("len %d: got %q, want %q", n, hs[0].Xattrs, want)
+			}
+		}
+	}
+}
