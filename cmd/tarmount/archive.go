@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tarmount/tarmount/fetch"
+	tfs "github.com/tarmount/tarmount/fs"
+	"github.com/tarmount/tarmount/index"
+)
+
+func defaultCacheDir() string {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "tarmount")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".cache", "tarmount")
+	}
+	return filepath.Join(os.TempDir(), "tarmount-cache")
+}
+
+// archive is an opened source with its index.
+type archive struct {
+	src    fetch.Source
+	blocks *fetch.Blocks
+	ix     *index.Index
+	reader *index.Reader
+}
+
+func (a *archive) Close() {
+	if a.reader != nil {
+		a.reader.Close()
+	}
+	a.blocks.Close()
+	a.src.Close()
+}
+
+// cachePath names the saved index of the archive at url with identity id.
+func cachePath(dir, url string, id fetch.Identity) string {
+	h := sha256.Sum256([]byte(url))
+	return filepath.Join(dir, "indexes", hex.EncodeToString(h[:8])+"-"+id.Key()+".idx")
+}
+
+// openArchive opens url and finds its index: the file given with --index
+// (refused when built for another version of the archive), else the saved
+// one in the cache directory, else it builds one in a single streamed pass
+// and saves it.
+func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (*archive, error) {
+	src, err := fetch.Open(ctx, url, fetch.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	a := &archive{src: src}
+	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log})
+	id := src.Identity()
+	cached := cachePath(c.cacheDir, src.String(), id)
+	switch {
+	case c.indexFile != "":
+		ix, err := index.Load(c.indexFile)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		if !sameIdentity(ix.Source, id) {
+			a.Close()
+			return nil, fmt.Errorf("%w: %s was built for %s, the source is now %s",
+				index.ErrIdentity, c.indexFile, ix.Source, id)
+		}
+		a.ix = ix
+	case !rebuild:
+		if ix, err := index.Load(cached); err == nil && sameIdentity(ix.Source, id) {
+			log.Debug("index loaded", "path", cached)
+			a.ix = ix
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("saved index unusable, rebuilding", "path", cached, "err", err)
+		}
+	}
+	if a.ix == nil {
+		a.ix, err = buildIndex(ctx, a, c, log)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		if err := a.ix.Save(cached); err != nil {
+			log.Warn("could not save index", "path", cached, "err", err)
+		}
+	}
+	// A gzip span is fetched with one exact range request; plain tar reads
+	// go through the block cache.
+	var rs index.Source = a.blocks
+	if a.ix.Codec != index.CodecNone {
+		rs = src
+	}
+	a.reader = index.NewReader(a.ix, rs, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Logger: log})
+	return a, nil
+}
+
+func sameIdentity(a, b fetch.Identity) bool {
+	return a.Size == b.Size && a.ETag == b.ETag && a.VersionID == b.VersionID && a.LastModified.Equal(b.LastModified)
+}
+
+func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger) (*index.Index, error) {
+	start := time.Now()
+	size := a.src.Identity().Size
+	log.Info("indexing", "src", a.src.String(), "size", size)
+	stream := a.blocks.Stream(ctx, 0)
+	defer stream.Close()
+	last := start
+	ix, err := index.Build(ctx, stream, a.src.Identity(), index.BuildOptions{
+		Span:   c.span,
+		Logger: log,
+		OnProgress: func(consumed int64) {
+			if now := time.Now(); now.Sub(last) >= 2*time.Second {
+				last = now
+				log.Info("indexing", "done", fmt.Sprintf("%.0f%%", 100*float64(consumed)/float64(max(size, 1))),
+					"rate_mbps", fmt.Sprintf("%.0f", float64(consumed)/now.Sub(start).Seconds()/1e6))
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", a.src, err)
+	}
+	st := a.blocks.Stats()
+	log.Info("indexed", "entries", ix.Len(), "codec", ix.Codec.String(), "checkpoints", len(ix.Checkpoints),
+		"elapsed", time.Since(start).Round(time.Millisecond), "fetched", st.BytesFetched)
+	return ix, nil
+}
+
+func indexCmd(ctx context.Context, url string, c *config, log *slog.Logger) error {
+	a, err := openArchive(ctx, url, c, log, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	if c.output != "" {
+		if err := a.ix.Save(c.output); err != nil {
+			return err
+		}
+		log.Info("index written", "path", c.output)
+	}
+	return nil
+}
+
+func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string, c *config, log *slog.Logger) error {
+	allowOther, debug, err := mountOptions(c.options)
+	if err != nil {
+		return err
+	}
+	// Check the mountpoint before the index pass, which may take long.
+	if st, err := os.Stat(mountpoint); err != nil {
+		return fmt.Errorf("mountpoint: %w", err)
+	} else if !st.IsDir() {
+		return fmt.Errorf("mountpoint %s is not a directory", mountpoint)
+	}
+	start := time.Now()
+	a, err := openArchive(ctx, url, c, log, false)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	server, err := tfs.Mount(mountpoint, a.reader, tfs.Options{
+		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: allowOther, Debug: debug,
+	})
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	log.Info("ready", "path", mountpoint, "entries", a.ix.Len(), "elapsed", time.Since(start).Round(time.Millisecond))
+	done := make(chan struct{})
+	go func() {
+		server.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info("unmounted", "path", mountpoint)
+		return nil
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process
+	if err := tfs.Unmount(mountpoint); err != nil {
+		if !errors.Is(err, tfs.ErrBusy) {
+			return fmt.Errorf("unmount %s: %w", mountpoint, err)
+		}
+		log.Warn("mount busy: detached lazily; it goes away when the last file is closed", "path", mountpoint)
+	}
+	<-done
+	log.Info("unmounted", "path", mountpoint)
+	return nil
+}
+
+func unmount(mountpoint string, log *slog.Logger) error {
+	err := tfs.Unmount(mountpoint)
+	if errors.Is(err, tfs.ErrBusy) {
+		log.Warn("mount busy: detached lazily; it goes away when the last file is closed", "path", mountpoint)
+		return nil
+	}
+	return err
+}

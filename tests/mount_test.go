@@ -1,0 +1,432 @@
+// Package tests holds mount-level tests: the tarmount binary mounts real
+// archives (made by GNU tar, bsdtar and Go) from a path and from a loopback
+// HTTP server, and the mounted tree is compared with what tar -x extracts.
+package tests
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/tests/treecmp"
+)
+
+// testMountName is the filesystem type of test mounts (fuse.tarmount-test),
+// which scripts/test.sh detaches if a test leaves one behind.
+const testMountName = "tarmount-test"
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tarmount-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "tarmount")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/tarmount")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tarmount:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func needFUSE(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mount tests run as root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+}
+
+// syncBuffer collects a process's stderr while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// mounted is a running tarmount process.
+type mounted struct {
+	dir    string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	exited chan struct{}
+	err    error // set when exited is closed
+}
+
+// mount runs `tarmount URL MNT args...` and waits until it says it is
+// ready. The cleanup sends SIGTERM and checks that the process unmounts and
+// exits cleanly.
+func mount(t *testing.T, url string, args ...string) *mounted {
+	t.Helper()
+	m := &mounted{dir: t.TempDir(), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	m.cmd = exec.Command(binary, append([]string{url, m.dir, "--mount-name", testMountName}, args...)...)
+	m.cmd.Stderr = m.stderr
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		m.err = m.cmd.Wait()
+		close(m.exited)
+	}()
+	t.Cleanup(func() { m.stop(t) })
+	deadline := time.After(3 * time.Minute)
+	for !strings.Contains(m.stderr.String(), "msg=ready") {
+		select {
+		case <-m.exited:
+			t.Fatalf("tarmount exited before the mount was ready: %v\n%s", m.err, m.stderr)
+		case <-deadline:
+			t.Fatalf("mount not ready after 3 minutes:\n%s", m.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return m
+}
+
+func (m *mounted) stop(t *testing.T) {
+	select {
+	case <-m.exited:
+		return
+	default:
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+		if m.err != nil {
+			t.Errorf("tarmount exited with %v after SIGTERM:\n%s", m.err, m.stderr)
+		}
+		if isMounted(m.dir) {
+			t.Errorf("%s still mounted after tarmount exited", m.dir)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("tarmount did not exit 30 s after SIGTERM:\n%s", m.stderr)
+		m.cmd.Process.Kill()
+		<-m.exited
+	}
+	if isMounted(m.dir) {
+		exec.Command("umount", "-l", m.dir).Run()
+	}
+}
+
+func isMounted(dir string) bool {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// serve serves dir over loopback HTTP and returns its base URL.
+func serve(t *testing.T, dir string) (string, *shaped.Handler) {
+	t.Helper()
+	h := shaped.NewHandler(dir, shaped.Options{})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+	})
+	return srv.URL, h
+}
+
+// TestMountMatchesTarExtract mounts archives made by GNU tar, bsdtar and
+// Go, uncompressed and with every gzip flavour, from a path and over HTTP,
+// and compares every entry with the tree that GNU tar extracts.
+func TestMountMatchesTarExtract(t *testing.T) {
+	needFUSE(t)
+	cases := []struct {
+		spec corpus.Spec
+		many int
+	}{
+		{corpus.Spec{Tool: "gnutar", Format: "gnu", Codec: "gzip"}, 0},
+		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, 0},
+		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "pigz"}, 12000},
+		{corpus.Spec{Tool: "gnutar", Format: "ustar", Codec: "gzip-multi"}, 0},
+		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip"}, 0},
+		{corpus.Spec{Tool: "bsdtar", Format: "ustar", Codec: "none"}, 0},
+		{corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip-multi"}, 0},
+		{corpus.Spec{Tool: "go", Format: "gnu", Codec: "pigz"}, 0},
+	}
+	for _, tc := range cases {
+		name := tc.spec.String()
+		if tc.many > 0 {
+			name += fmt.Sprintf("-%dfiles", tc.many)
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			work := t.TempDir()
+			src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
+			for _, d := range []string{ref, served} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			opts := corpus.TreeOptionsFor(tc.spec)
+			opts.Many = tc.many
+			corpus.MakeTree(t, src, opts)
+			archive := filepath.Join(served, "archive"+tc.spec.Ext())
+			corpus.Archive(t, src, archive, tc.spec)
+			corpus.Extract(t, archive, ref)
+			base, _ := serve(t, served)
+			for _, url := range []string{archive, base + "/" + filepath.Base(archive)} {
+				m := mount(t, url, "--cache-dir", filepath.Join(work, "cache"))
+				treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+				m.stop(t)
+			}
+		})
+	}
+}
+
+// TestRemountUsesSavedIndex checks that a second mount of the same archive
+// loads the saved index instead of reading the archive again, that an
+// index written with `tarmount index -o` can be given with --index, and
+// that an index of another archive is refused.
+func TestRemountUsesSavedIndex(t *testing.T) {
+	needFUSE(t)
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
+	served := filepath.Join(work, "served")
+	os.Mkdir(served, 0o755)
+	archive := filepath.Join(served, "a.tar.gz")
+	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	base, h := serve(t, served)
+	url := base + "/a.tar.gz"
+	cache := filepath.Join(work, "cache")
+
+	first := mount(t, url, "--cache-dir", cache)
+	if !strings.Contains(first.stderr.String(), "msg=indexing") {
+		t.Errorf("first mount did not index:\n%s", first.stderr)
+	}
+	first.stop(t)
+
+	h.ResetStats()
+	second := mount(t, url, "--cache-dir", cache)
+	if strings.Contains(second.stderr.String(), "msg=indexing") {
+		t.Errorf("second mount indexed again:\n%s", second.stderr)
+	}
+	if got, want := h.Stats().Bytes, int64(1); got > want {
+		t.Errorf("second mount fetched %d bytes before any read, want at most %d (the identity probe)", got, want)
+	}
+	if data, err := os.ReadFile(filepath.Join(second.dir, corpus.PathReadme)); err != nil || len(data) == 0 {
+		t.Errorf("read through remount: %v", err)
+	}
+	second.stop(t)
+
+	idx := filepath.Join(work, "a.idx")
+	out, err := exec.Command(binary, "index", url, "-o", idx, "--cache-dir", filepath.Join(work, "other")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tarmount index: %v\n%s", err, out)
+	}
+	third := mount(t, url, "--index", idx, "--cache-dir", filepath.Join(work, "empty"))
+	if strings.Contains(third.stderr.String(), "msg=indexing") {
+		t.Errorf("mount with --index indexed:\n%s", third.stderr)
+	}
+	third.stop(t)
+
+	// The same index for another archive is refused.
+	other := filepath.Join(served, "b.tar.gz")
+	corpus.Archive(t, src, other, corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
+	mnt := t.TempDir()
+	out, err = exec.Command(binary, base+"/b.tar.gz", mnt, "--index", idx, "--mount-name", testMountName).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another version") {
+		t.Errorf("mismatched index: got err %v, output %q; want a refusal naming the mismatch", err, out)
+	}
+	if isMounted(mnt) {
+		t.Error("mounted with a mismatched index")
+	}
+}
+
+// TestCorruptSpanGivesEIO changes bytes of the served archive behind the
+// server's back (same size, mtime and ETag) after the index was built: a
+// read of the damaged span fails with EIO and never returns wrong bytes.
+func TestCorruptSpanGivesEIO(t *testing.T) {
+	needFUSE(t)
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	corpus.MakeTree(t, src, corpus.TreeOptions{NoSparse: true})
+	served := filepath.Join(work, "served")
+	os.Mkdir(served, 0o755)
+	archive := filepath.Join(served, "a.tar.gz")
+	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	base, _ := serve(t, served)
+	m := mount(t, base+"/a.tar.gz", "--cache-dir", filepath.Join(work, "cache"), "--span", "262144")
+
+	st, err := os.Stat(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, frac := range []int{3, 5, 7} {
+		data[len(data)*frac/10] ^= 0xff
+	}
+	if err := os.WriteFile(archive, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(archive, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+
+	var sawEIO bool
+	filepath.Walk(m.dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || !info.Mode().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(m.dir, p)
+		got, err := os.ReadFile(p)
+		if err != nil {
+			if !errors.Is(err, syscall.EIO) {
+				t.Errorf("%s: got %v, want EIO", rel, err)
+			}
+			sawEIO = true
+			return nil
+		}
+		want, err := os.ReadFile(filepath.Join(src, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: read returned wrong bytes", rel)
+		}
+		return nil
+	})
+	if !sawEIO {
+		t.Error("no read failed with EIO after the archive was damaged")
+	}
+}
+
+// TestBadInputs checks that broken input fails at mount time with one clear
+// line, without a panic or a hang, and leaves nothing mounted.
+func TestBadInputs(t *testing.T) {
+	needFUSE(t)
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
+	good := filepath.Join(work, "good.tar.gz")
+	corpus.Archive(t, src, good, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	data, _ := os.ReadFile(good)
+	write := func(name string, b []byte) string {
+		p := filepath.Join(work, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	plain := filepath.Join(work, "good.tar")
+	corpus.Archive(t, src, plain, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
+	plainData, _ := os.ReadFile(plain)
+	mnt := t.TempDir()
+	cases := []struct {
+		name, url, mountpoint, want string
+	}{
+		{"truncated gzip", write("trunc.tar.gz", data[:len(data)/2]), mnt, "truncated"},
+		{"truncated tar", write("trunc.tar", plainData[:len(plainData)/2+700]), mnt, "truncated"},
+		{"text", write("notes.txt", []byte("hello, this is not an archive\n")), mnt, "not a tar archive"},
+		{"gzip of text", write("text.gz", gzipped(t, bytes.Repeat([]byte("text "), 1000))), mnt, "does not hold a tar archive"},
+		{"empty", write("empty", nil), mnt, "empty"},
+		{"missing file", filepath.Join(work, "nope.tar.gz"), mnt, "not found"},
+		{"bad scheme", "ftp://example.com/a.tar", mnt, "ftp"},
+		{"missing mountpoint", good, filepath.Join(work, "no-such-dir"), "mountpoint"},
+		{"mountpoint is a file", good, good, "not a directory"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binary, tc.url, tc.mountpoint, "--mount-name", testMountName, "--cache-dir", filepath.Join(work, "cache"))
+			done := make(chan struct{})
+			var out []byte
+			var err error
+			go func() {
+				out, err = cmd.CombinedOutput()
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				cmd.Process.Kill()
+				t.Fatal("tarmount hung on bad input")
+			}
+			if err == nil {
+				t.Fatalf("got success, want an error; output:\n%s", out)
+			}
+			last := strings.TrimSpace(string(out))
+			if i := strings.LastIndex(last, "\n"); i >= 0 {
+				last = last[i+1:]
+			}
+			if !strings.HasPrefix(last, "tarmount: ") || !strings.Contains(strings.ToLower(last), tc.want) {
+				t.Errorf("got last line %q, want a tarmount: error mentioning %q", last, tc.want)
+			}
+			if strings.Contains(string(out), "goroutine ") || strings.Contains(string(out), "panic") {
+				t.Errorf("output has a Go stack:\n%s", out)
+			}
+			if isMounted(tc.mountpoint) {
+				t.Errorf("%s is mounted after a failed mount", tc.mountpoint)
+			}
+		})
+	}
+}
+
+// TestMountpointInUse checks that mounting over a live mount is refused.
+func TestMountpointInUse(t *testing.T) {
+	needFUSE(t)
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
+	archive := filepath.Join(work, "a.tar")
+	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
+	m := mount(t, archive, "--cache-dir", filepath.Join(work, "cache"))
+	out, err := exec.Command(binary, archive, m.dir, "--mount-name", testMountName, "--cache-dir", filepath.Join(work, "cache")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "already mounted") {
+		t.Errorf("second mount on a live mountpoint: err %v, output %q; want it refused", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(m.dir, corpus.PathReadme)); err != nil {
+		t.Errorf("first mount damaged: %v", err)
+	}
+}
+
+func gzipped(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	w.Write(b)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
