@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run call exactly this):
 #   installs what is missing (scripts/deps.sh), detaches leftover test mounts,
-#   runs go vet and the whole test suite under the race detector, detaches
-#   leftovers again, and exits with go test's status.
+#   runs go vet and the whole test suite under the race detector, fuzzes the
+#   gzip and tar decoders briefly, detaches leftovers again, and exits
+#   non-zero if anything failed.
 #
 # Test mounts are recognised by their filesystem type: tests mount with
 # MountOptions.Name = "tarmount-test", which /proc/mounts shows as
@@ -55,4 +56,17 @@ go vet ./...
 
 status=0
 go test -race -count=1 -timeout 40m "$@" ./... || status=$?
+
+# A short fuzzing run of the decoders that read hostile input (their seed
+# corpora already ran above as ordinary tests). FUZZTIME=0 skips it; a
+# crasher lands in the package's testdata/fuzz and fails the run.
+fuzztime="${FUZZTIME:-20s}"
+if [[ $# -eq 0 && "$fuzztime" != "0" ]]; then
+	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan; do
+		echo "test.sh: fuzzing ${target%%:*} for $fuzztime"
+		# Go's minimizer is quadratic on inputs of kilobytes: cap it, or a
+		# short run spends its time minimizing instead of fuzzing.
+		go test -run '^$' -fuzz "^${target%%:*}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1s "${target#*:}" || status=$?
+	done
+fi
 exit "$status"
