@@ -241,6 +241,56 @@ func (b *Blocks) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// ReadCached copies len(p) bytes at off into p if every block they lie in
+// is cached, and reports whether it did; it never fetches. Readers that
+// fetch exact ranges themselves (decoded spans) use it to reuse blocks the
+// index pass or a stream brought in. A hit counts like a ReadAt hit. A
+// range past the end of the object is never cached.
+func (b *Blocks) ReadCached(p []byte, off int64) bool {
+	if off < 0 || off+int64(len(p)) > b.size {
+		return false
+	}
+	if len(p) == 0 {
+		return true
+	}
+	end := off + int64(len(p))
+	first, last := off/b.blockSize, (end-1)/b.blockSize
+	var stack [4]*block
+	held := stack[:0]
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	for i := first; i <= last; i++ {
+		blk := b.blocks[i]
+		if blk == nil || blk.state != blockDone || blk.err != nil {
+			b.mu.Unlock()
+			for _, h := range held {
+				b.unref(h)
+			}
+			return false
+		}
+		blk.refs.Add(1)
+		held = append(held, blk)
+	}
+	for _, blk := range held {
+		b.hits.Add(1)
+		blk.streamOnly = false
+		b.lruRemoveLocked(blk)
+		b.lruInsertLocked(blk, &b.lru)
+	}
+	b.mu.Unlock()
+	n := 0
+	for _, blk := range held {
+		lo := max(off, blk.off) - blk.off
+		hi := min(end, blk.off+int64(blk.n)) - blk.off
+		n += copy(p[n:], blk.data[lo:hi])
+		b.unref(blk)
+	}
+	return true
+}
+
 // ReaderAt returns an io.ReaderAt that calls b.ReadAt with ctx.
 func (b *Blocks) ReaderAt(ctx context.Context) io.ReaderAt {
 	return readerAt{b: b, ctx: ctx}

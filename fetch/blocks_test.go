@@ -464,3 +464,57 @@ func BenchmarkReadAtHit(b *testing.B) {
 		}
 	}
 }
+
+// TestBlocksReadCached checks that ReadCached serves what a stream brought
+// in, refuses ranges with a block missing, and never fetches.
+func TestBlocksReadCached(t *testing.T) {
+	data := randomBytes(10<<10+100, 7)
+	src := newMemSource(data)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 10, Workers: 2, CacheBytes: 64 << 10})
+	buf := make([]byte, 3000)
+	if b.ReadCached(buf, 500) {
+		t.Fatal("ReadCached hit on an empty cache")
+	}
+	if got := len(src.reads()); got != 0 {
+		t.Fatalf("ReadCached fetched %d blocks, want 0", got)
+	}
+	// Bring in blocks 0-4 only.
+	if _, err := b.ReadAt(context.Background(), make([]byte, 5<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	fetched := len(src.reads())
+	for _, tc := range []struct {
+		off, n int64
+		hit    bool
+	}{
+		{0, 1, true},
+		{500, 3000, true},
+		{0, 5 << 10, true},
+		{4<<10 + 900, 100, true},
+		{4<<10 + 900, 100 + 1<<10, false}, // reaches block 5
+		{9 << 10, 100, false},
+		{int64(len(data)) - 10, 20, false}, // past the end
+	} {
+		p := make([]byte, tc.n)
+		hit := b.ReadCached(p, tc.off)
+		if hit != tc.hit {
+			t.Errorf("ReadCached(%d+%d): got %v, want %v", tc.off, tc.n, hit, tc.hit)
+		}
+		if hit && !bytes.Equal(p, data[tc.off:tc.off+tc.n]) {
+			t.Errorf("ReadCached(%d+%d): wrong bytes", tc.off, tc.n)
+		}
+	}
+	if got := len(src.reads()); got != fetched {
+		t.Errorf("ReadCached fetched: %d reads, want %d", got, fetched)
+	}
+	// After a stream over everything, every range hits.
+	s := b.Stream(context.Background(), 0)
+	if _, err := io.Copy(io.Discard, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	p := make([]byte, len(data))
+	if !b.ReadCached(p, 0) || !bytes.Equal(p, data) {
+		t.Error("ReadCached after a full stream: miss or wrong bytes")
+	}
+}
