@@ -939,8 +939,13 @@ func (z *Reader) huffman(stop int) error {
 			return z.corrupt("distance %d too far back", distance)
 		}
 		src := op - distance
-		if length <= distance {
-			copy(out[op:op+length], out[src:src+length])
+		if distance >= 8 {
+			// Word copies, forward: with distance >= 8 each word read
+			// lies before the bytes being written. They may write up to 7
+			// bytes past the match, inside the margin, to be overwritten.
+			for n := 0; n < length; n += 8 {
+				binary.LittleEndian.PutUint64(out[op+n:], binary.LittleEndian.Uint64(out[src+n:]))
+			}
 			op += length
 			continue
 		}
