@@ -569,3 +569,56 @@ func TestSpanFromCache(t *testing.T) {
 		t.Errorf("got %d source requests, want 0", n)
 	}
 }
+
+// TestReadahead checks that reading two spans in order starts decoding the
+// next ones, and that a random read does not.
+func TestReadahead(t *testing.T) {
+	data := randomData(12, 3<<20)
+	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
+	ix := build(t, obj, 128<<10)
+	if len(ix.Checkpoints) < 10 {
+		t.Fatalf("got %d checkpoints, want at least 10", len(ix.Checkpoints))
+	}
+	id, _ := ix.LookupPath("f")
+	base := int64(ix.Entry(id).DataOffset)
+	started := func(r *Reader) []int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		var s []int
+		for i := range ix.Checkpoints {
+			if _, ok := r.spans[i]; ok {
+				s = append(s, i)
+			}
+		}
+		return s
+	}
+	read := func(r *Reader, span int) {
+		off := int64(ix.Checkpoints[span].Out) - base + 10
+		if _, err := r.ReadAt(context.Background(), id, make([]byte, 100), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 3})
+	defer r.Close()
+	read(r, 5)
+	if got := started(r); fmt.Sprint(got) != "[5]" {
+		t.Errorf("after one read: spans %v, want [5]", got)
+	}
+	read(r, 6)
+	if got := started(r); fmt.Sprint(got) != "[5 6 7 8 9]" {
+		t.Errorf("after reads of spans 5 and 6: spans %v, want [5 6 7 8 9]", got)
+	}
+	read(r, 2) // random: no readahead
+	if got := started(r); fmt.Sprint(got) != "[2 5 6 7 8 9]" {
+		t.Errorf("after a random read: spans %v, want [2 5 6 7 8 9]", got)
+	}
+
+	off := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
+	defer off.Close()
+	read(off, 5)
+	read(off, 6)
+	if got := started(off); fmt.Sprint(got) != "[5 6]" {
+		t.Errorf("readahead off: spans %v, want [5 6]", got)
+	}
+}

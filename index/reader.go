@@ -39,7 +39,11 @@ type ReaderOptions struct {
 	// CacheBytes bounds the decoded spans kept in memory
 	// (DefaultSpanCacheBytes when zero). At least two spans are kept.
 	CacheBytes int64
-	Logger     *slog.Logger
+	// Readahead is the number of spans decoded ahead of sequential reads
+	// (DefaultReadahead when zero, none when negative), at most what half
+	// the cache holds.
+	Readahead int
+	Logger    *slog.Logger
 }
 
 // Reader reads entries of an archive through its index: a read fetches
@@ -56,14 +60,26 @@ type Reader struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	spans    map[int]*spanCall // guarded by mu: cached and in-flight spans
-	lru      *list.List        // guarded by mu: of int span indexes, most recent first
-	used     int64             // guarded by mu: bytes of cached spans
-	limit    int64
-	lastRead int // guarded by mu: span of the most recent read, for readahead
-	closed   bool
+	mu     sync.Mutex
+	spans  map[int]*spanCall // guarded by mu: cached and in-flight spans
+	lru    *list.List        // guarded by mu: of int span indexes, most recent first
+	used   int64             // guarded by mu: bytes of cached spans
+	limit  int64
+	recent [recentSpans]int // guarded by mu: spans of the latest reads, for readahead
+	next   int              // guarded by mu: where the next read goes in recent
+	ahead  int              // set once: spans decoded ahead of a sequential reader
+	closed bool
 }
+
+// recentSpans is how many recent reads are remembered to tell sequential
+// readers (a read in the span after, or in the same span as, a recent
+// one) from random ones, with several files read at once.
+const recentSpans = 16
+
+// DefaultReadahead is how many spans are fetched and decoded ahead of a
+// sequential reader: fetches overlap with decoding, and decoding runs on
+// every core.
+const DefaultReadahead = 4
 
 type spanCall struct {
 	done chan struct{}
@@ -85,19 +101,30 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Reader{
-		Index:    ix,
-		src:      src,
-		cache:    opts.Cache,
-		log:      log,
-		ctx:      ctx,
-		cancel:   cancel,
-		spans:    make(map[int]*spanCall),
-		lru:      list.New(),
-		limit:    limit,
-		lastRead: -2,
+	ahead := opts.Readahead
+	if ahead == 0 {
+		ahead = DefaultReadahead
 	}
+	if ix.Span > 0 {
+		ahead = min(ahead, int(limit/2/ix.Span))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Reader{
+		Index:  ix,
+		src:    src,
+		cache:  opts.Cache,
+		log:    log,
+		ctx:    ctx,
+		cancel: cancel,
+		spans:  make(map[int]*spanCall),
+		lru:    list.New(),
+		limit:  limit,
+		ahead:  max(ahead, 0),
+	}
+	for i := range r.recent {
+		r.recent[i] = -2
+	}
+	return r
 }
 
 // Close stops background decoding and waits for it. It is idempotent.
@@ -196,39 +223,46 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64) error {
 		if i < 0 {
 			return fmt.Errorf("%w: no checkpoint before %d", ErrCorrupt, off)
 		}
+		r.readahead(i)
 		data, err := r.spanData(ctx, i, true)
 		if err != nil {
 			return err
 		}
 		start := off - int64(r.Checkpoints[i].Out)
 		n := copy(p, data[start:])
-		r.readahead(i, start+int64(n), int64(len(data)))
 		p, off = p[n:], off+int64(n)
 	}
 	return nil
 }
 
-// readahead decodes the next span in the background when reads move
-// through the spans in order and have passed half of the current one.
-func (r *Reader) readahead(i int, end, size int64) {
-	r.mu.Lock()
-	sequential := r.lastRead == i || r.lastRead == i-1
-	r.lastRead = i
-	r.mu.Unlock()
-	if sequential && end > size/2 && i+1 < len(r.Checkpoints) {
-		r.prefetch(i + 1)
-	}
-}
-
-// prefetch starts decoding span i unless it is cached or in flight.
-func (r *Reader) prefetch(i int) {
-	r.mu.Lock()
-	if _, ok := r.spans[i]; ok || r.closed {
-		r.mu.Unlock()
+// readahead starts decoding the spans after i in the background when a
+// recent read was in span i or the one before: a sequential reader then
+// finds them decoded, and their fetches overlap with decoding.
+func (r *Reader) readahead(i int) {
+	if r.ahead == 0 {
 		return
 	}
-	r.startLocked(i)
-	r.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sequential := false
+	for _, s := range r.recent {
+		if s == i || s == i-1 {
+			sequential = true
+			break
+		}
+	}
+	if r.recent[(r.next+recentSpans-1)%recentSpans] != i {
+		r.recent[r.next] = i
+		r.next = (r.next + 1) % recentSpans
+	}
+	if !sequential || r.closed {
+		return
+	}
+	for j := i + 1; j <= i+r.ahead && j < len(r.Checkpoints); j++ {
+		if _, ok := r.spans[j]; !ok {
+			r.startLocked(j)
+		}
+	}
 }
 
 // spanData returns the decoded bytes of span i, decoding it (once, however
