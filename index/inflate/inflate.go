@@ -131,6 +131,7 @@ type Reader struct {
 
 	crcOn    bool
 	crc      uint32
+	hcrc     uint32 // CRC32 of the member header read so far
 	crcPos   int
 	isize    uint32
 	lastCP   int64
@@ -521,6 +522,7 @@ func (z *Reader) header() error {
 	if flg&0xe0 != 0 {
 		return fmt.Errorf("%w at %d: reserved header flags set", ErrCorrupt, start)
 	}
+	z.hcrc = crc32.ChecksumIEEE(h)
 	z.inPos += 10
 	if flg&0x04 != 0 { // FEXTRA
 		if err := z.fill(2); err != nil {
@@ -530,8 +532,7 @@ func (z *Reader) header() error {
 			return z.truncated()
 		}
 		n := int(binary.LittleEndian.Uint16(z.in[z.inPos:]))
-		z.inPos += 2
-		if err := z.skipBytes(n); err != nil {
+		if err := z.skipBytes(2 + n); err != nil {
 			return err
 		}
 	}
@@ -542,10 +543,17 @@ func (z *Reader) header() error {
 			}
 		}
 	}
-	if flg&0x02 != 0 { // FHCRC
-		if err := z.skipBytes(2); err != nil {
+	if flg&0x02 != 0 { // FHCRC: the low 16 bits of the CRC32 of the header
+		if err := z.fill(2); err != nil {
 			return err
 		}
+		if z.inEnd-z.inPos < 2 {
+			return z.truncated()
+		}
+		if binary.LittleEndian.Uint16(z.in[z.inPos:]) != uint16(z.hcrc) {
+			return fmt.Errorf("%w at %d: header checksum mismatch", ErrCorrupt, start)
+		}
+		z.inPos += 2
 	}
 	out := z.outBase + int64(z.op)
 	due := !z.haveCP || out-z.lastCP >= z.opts.Span || out == z.lastCP && z.lastKind == KindBlock
@@ -567,6 +575,7 @@ func isGzipPrefix(b []byte) bool {
 	return len(b) == 0 || b[0] == 0x1f && (len(b) == 1 || b[1] == 0x8b)
 }
 
+// skipBytes and skipString skip header bytes, adding them to hcrc.
 func (z *Reader) skipBytes(n int) error {
 	for n > 0 {
 		if z.inPos == z.inEnd {
@@ -581,6 +590,7 @@ func (z *Reader) skipBytes(n int) error {
 		if k > n {
 			k = n
 		}
+		z.hcrc = crc32.Update(z.hcrc, crc32.IEEETable, z.in[z.inPos:z.inPos+k])
 		z.inPos += k
 		n -= k
 	}
@@ -598,6 +608,7 @@ func (z *Reader) skipString() error {
 			}
 		}
 		c := z.in[z.inPos]
+		z.hcrc = crc32.Update(z.hcrc, crc32.IEEETable, z.in[z.inPos:z.inPos+1])
 		z.inPos++
 		if c == 0 {
 			return nil
