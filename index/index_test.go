@@ -614,6 +614,31 @@ func TestReadahead(t *testing.T) {
 		t.Errorf("after a random read: spans %v, want [2 5 6 7 8 9]", got)
 	}
 
+	// A read at the start of a file reads ahead at once.
+	fresh := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 2})
+	defer fresh.Close()
+	if _, err := fresh.ReadAt(context.Background(), id, make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := started(fresh); fmt.Sprint(got) != "[0 1 2]" {
+		t.Errorf("after a read at the start of the file: spans %v, want [0 1 2]", got)
+	}
+
+	// A small file inside one span does not read ahead.
+	small := gzipBytes(tarBytes(t, []member{{name: "s", data: randomData(13, 5000)}, {name: "big", data: data}}), 6)
+	six := build(t, small, 128<<10)
+	sr := NewReader(six, &memSource{data: small}, ReaderOptions{Readahead: 2})
+	defer sr.Close()
+	sid, _ := six.LookupPath("s")
+	if _, err := sr.ReadAt(context.Background(), sid, make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	sr.mu.Lock()
+	if len(sr.spans) != 1 {
+		t.Errorf("after reading the start of a small file: %d spans started, want 1", len(sr.spans))
+	}
+	sr.mu.Unlock()
+
 	off := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
 	defer off.Close()
 	read(off, 5)

@@ -157,11 +157,17 @@ func (r *Reader) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (i
 	if rest := e.Size - off; int64(want) > rest {
 		p = p[:rest]
 	}
+	// A read from the start of a file is most likely the first of a
+	// sequential reader: read ahead at once, up to the file's end.
+	var fileEnd int64
+	if off == 0 {
+		fileEnd = int64(e.DataOffset) + r.StoredSize(id)
+	}
 	var err error
 	if e.Sparse {
 		err = r.readSparse(ctx, e, r.SparseMap(id), p, off)
 	} else {
-		err = r.readStream(ctx, p, int64(e.DataOffset)+off)
+		err = r.readStream(ctx, p, int64(e.DataOffset)+off, fileEnd)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("read %s at %d: %w", r.Path(id), off, err)
@@ -193,7 +199,7 @@ func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk,
 		}
 		c := chunks[i]
 		n := min(int64(len(p)), c.Offset+c.Length-off)
-		if err := r.readStream(ctx, p[:n], int64(e.DataOffset)+stored+off-c.Offset); err != nil {
+		if err := r.readStream(ctx, p[:n], int64(e.DataOffset)+stored+off-c.Offset, 0); err != nil {
 			return err
 		}
 		p, off = p[n:], off+n
@@ -203,8 +209,10 @@ func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk,
 	return nil
 }
 
-// readStream fills p from the decoded tar stream at off.
-func (r *Reader) readStream(ctx context.Context, p []byte, off int64) error {
+// readStream fills p from the decoded tar stream at off. A fileEnd past
+// zero says that the read starts a file whose data ends there, and is
+// probably the first of a sequential reader.
+func (r *Reader) readStream(ctx context.Context, p []byte, off int64, fileEnd int64) error {
 	if off < 0 || off+int64(len(p)) > r.TarSize {
 		return fmt.Errorf("%w: range %d+%d beyond the tar stream (%d)", ErrCorrupt, off, len(p), r.TarSize)
 	}
@@ -223,7 +231,7 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64) error {
 		if i < 0 {
 			return fmt.Errorf("%w: no checkpoint before %d", ErrCorrupt, off)
 		}
-		r.readahead(i)
+		r.readahead(i, fileEnd)
 		data, err := r.spanData(ctx, i, true)
 		if err != nil {
 			return err
@@ -236,18 +244,26 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64) error {
 }
 
 // readahead starts decoding the spans after i in the background when a
-// recent read was in span i or the one before: a sequential reader then
-// finds them decoded, and their fetches overlap with decoding.
-func (r *Reader) readahead(i int) {
+// recent read was in span i or the one before, or when the read starts a
+// file that ends at fileEnd beyond span i (then up to the file's end): a
+// sequential reader finds them decoded, and their fetches overlap with
+// decoding.
+func (r *Reader) readahead(i int, fileEnd int64) {
 	if r.ahead == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	last := i + r.ahead
 	sequential := false
+	if fileEnd > r.spanEnd(i) {
+		sequential = true
+		last = min(last, r.span(fileEnd-1))
+	}
 	for _, s := range r.recent {
 		if s == i || s == i-1 {
 			sequential = true
+			last = i + r.ahead
 			break
 		}
 	}
@@ -258,7 +274,7 @@ func (r *Reader) readahead(i int) {
 	if !sequential || r.closed {
 		return
 	}
-	for j := i + 1; j <= i+r.ahead && j < len(r.Checkpoints); j++ {
+	for j := i + 1; j <= last && j < len(r.Checkpoints); j++ {
 		if _, ok := r.spans[j]; !ok {
 			r.startLocked(j)
 		}
