@@ -170,6 +170,33 @@ func serve(t *testing.T, dir string) (string, *shaped.Handler) {
 	return srv.URL, h
 }
 
+// fixture is a corpus tree, an archive of it in a served directory, and
+// the loopback HTTP server that serves it.
+type fixture struct {
+	work, src, archive string
+	url                string // the archive over HTTP
+	base               string // the server's base URL
+	server             *shaped.Handler
+}
+
+// newFixture makes a corpus tree with opts, archives it as spec under the
+// name file in a served directory, and serves that directory.
+func newFixture(t *testing.T, opts corpus.TreeOptions, spec corpus.Spec, file string) *fixture {
+	t.Helper()
+	f := &fixture{work: t.TempDir()}
+	f.src = filepath.Join(f.work, "src")
+	corpus.MakeTree(t, f.src, opts)
+	served := filepath.Join(f.work, "served")
+	if err := os.Mkdir(served, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.archive = filepath.Join(served, file)
+	corpus.Archive(t, f.src, f.archive, spec)
+	f.base, f.server = serve(t, served)
+	f.url = f.base + "/" + file
+	return f
+}
+
 // TestMountMatchesTarExtract mounts archives made by GNU tar, bsdtar and
 // Go, uncompressed and with every gzip flavour, from a path and over HTTP,
 // and compares every entry with the tree that GNU tar extracts.
@@ -224,15 +251,8 @@ func TestMountMatchesTarExtract(t *testing.T) {
 // that an index of another archive is refused.
 func TestRemountUsesSavedIndex(t *testing.T) {
 	needFUSE(t)
-	work := t.TempDir()
-	src := filepath.Join(work, "src")
-	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
-	served := filepath.Join(work, "served")
-	os.Mkdir(served, 0o755)
-	archive := filepath.Join(served, "a.tar.gz")
-	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
-	base, h := serve(t, served)
-	url := base + "/a.tar.gz"
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	work, src, url, base, h := f.work, f.src, f.url, f.base, f.server
 	cache := filepath.Join(work, "cache")
 
 	first := mount(t, url, "--cache-dir", cache)
@@ -266,7 +286,7 @@ func TestRemountUsesSavedIndex(t *testing.T) {
 	third.stop(t)
 
 	// The same index for another archive is refused.
-	other := filepath.Join(served, "b.tar.gz")
+	other := filepath.Join(filepath.Dir(f.archive), "b.tar.gz")
 	corpus.Archive(t, src, other, corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
 	mnt := t.TempDir()
 	out, err = exec.Command(binary, base+"/b.tar.gz", mnt, "--index", idx, "--mount-name", testMountName).CombinedOutput()
@@ -283,19 +303,13 @@ func TestRemountUsesSavedIndex(t *testing.T) {
 // read of the damaged span fails with EIO and never returns wrong bytes.
 func TestCorruptSpanGivesEIO(t *testing.T) {
 	needFUSE(t)
-	work := t.TempDir()
-	src := filepath.Join(work, "src")
-	corpus.MakeTree(t, src, corpus.TreeOptions{NoSparse: true})
-	served := filepath.Join(work, "served")
-	os.Mkdir(served, 0o755)
-	archive := filepath.Join(served, "a.tar.gz")
-	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
-	base, _ := serve(t, served)
+	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	work, src, archive := f.work, f.src, f.archive
 	// The first mount builds and saves the index; its block cache still
 	// holds the archive as streamed, so damage is read by a second mount
 	// that loads the saved index and fetches spans anew.
 	cache := filepath.Join(work, "cache")
-	mount(t, base+"/a.tar.gz", "--cache-dir", cache, "--span", "262144").stop(t)
+	mount(t, f.url, "--cache-dir", cache, "--span", "262144").stop(t)
 
 	st, err := os.Stat(archive)
 	if err != nil {
@@ -315,7 +329,7 @@ func TestCorruptSpanGivesEIO(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m := mount(t, base+"/a.tar.gz", "--cache-dir", cache, "--span", "262144")
+	m := mount(t, f.url, "--cache-dir", cache, "--span", "262144")
 	if strings.Contains(m.stderr.String(), "msg=indexing") {
 		t.Fatal("the second mount indexed the damaged archive instead of loading the saved index")
 	}
@@ -451,17 +465,11 @@ func gzipped(t *testing.T, b []byte) []byte {
 // reads reach tarmount instead of the page cache, and compares every byte.
 func TestParallelReads(t *testing.T) {
 	needFUSE(t)
-	work := t.TempDir()
-	src := filepath.Join(work, "src")
-	corpus.MakeTree(t, src, corpus.TreeOptions{})
-	served := filepath.Join(work, "served")
-	os.Mkdir(served, 0o755)
-	archive := filepath.Join(served, "a.tar.gz")
-	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
-	base, _ := serve(t, served)
+	f := newFixture(t, corpus.TreeOptions{}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	src := f.src
 	// A small span and cache so that spans are decoded, evicted and
 	// decoded again while other readers wait for them.
-	m := mount(t, base+"/a.tar.gz", "--cache-dir", filepath.Join(work, "cache"), "--span", "131072", "--cache-mem", "1048576")
+	m := mount(t, f.url, "--cache-dir", filepath.Join(f.work, "cache"), "--span", "131072", "--cache-mem", "1048576")
 	files := []string{corpus.PathBig, corpus.PathBig2, corpus.PathSparse}
 	want := map[string][]byte{}
 	for _, f := range files {
