@@ -18,20 +18,8 @@ die() {
 	exit 1
 }
 
-# is_mounted DIR: DIR is a mountpoint in /proc/mounts (paths from mktemp
-# need no unescaping).
-is_mounted() {
-	awk -v m="$1" '$2 == m { found = 1 } END { exit !found }' /proc/mounts
-}
-
-# wait_pid PID SECONDS: wait until PID exits, at most SECONDS; 1 if it did not.
-wait_pid() {
-	local pid=$1 deadline=$((SECONDS + $2))
-	while kill -0 "$pid" 2>/dev/null; do
-		((SECONDS < deadline)) || return 1
-		sleep 0.1
-	done
-}
+# is_mounted, wait_pid
+. scripts/lib.sh
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tarmount-demo.XXXXXX")"
 MNT="$WORK/mnt"
