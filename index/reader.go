@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sort"
 	"sync"
 
@@ -52,24 +53,35 @@ type ReaderOptions struct {
 // It is safe for concurrent use.
 type Reader struct {
 	*Index
-	src   Source
-	cache CachedReader
-	log   *slog.Logger
+	// set once
+	src    Source
+	cache  CachedReader
+	log    *slog.Logger
+	limit  int64              // bytes of decoded spans kept
+	ahead  int                // spans decoded ahead of a sequential reader
+	ctx    context.Context    // ends background decodes at Close
+	cancel context.CancelFunc // cancels ctx
+	wg     sync.WaitGroup     // decode goroutines
+	// slots bounds the spans being fetched and decoded at once, and so
+	// the memory they hold beyond the cache. A decode for a waiting reader
+	// blocks for a slot; readahead only takes a free one. A freed slot
+	// goes to a blocked sender first, so waiting readers come before
+	// readahead.
+	slots chan struct{}
 
-	ctx    context.Context // ends background decodes at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	spans  map[int]*spanCall // guarded by mu: cached and in-flight spans
-	lru    *list.List        // guarded by mu: of int span indexes, most recent first
-	used   int64             // guarded by mu: bytes of cached spans
-	limit  int64
-	recent [recentSpans]int // guarded by mu: spans of the latest reads, for readahead
-	next   int              // guarded by mu: where the next read goes in recent
-	ahead  int              // set once: spans decoded ahead of a sequential reader
+	mu sync.Mutex
+	// guarded by mu
+	spans  map[int]*spanCall // cached and in-flight spans
+	lru    *list.List        // of int span indexes, most recent first
+	used   int64             // bytes of cached spans
+	recent [recentSpans]int  // spans of the latest reads, for readahead
+	next   int               // where the next read goes in recent
 	closed bool
 }
+
+// decodeSlots is the number of spans fetched and decoded at once: a few
+// per core keeps every core busy while fetches wait on the network.
+func decodeSlots() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 
 // recentSpans is how many recent reads are remembered to tell sequential
 // readers (a read in the span after, or in the same span as, a recent
@@ -120,6 +132,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 		lru:    list.New(),
 		limit:  limit,
 		ahead:  max(ahead, 0),
+		slots:  make(chan struct{}, decodeSlots()),
 	}
 	for i := range r.recent {
 		r.recent[i] = -2
@@ -275,8 +288,14 @@ func (r *Reader) readahead(i int, fileEnd int64) {
 		return
 	}
 	for j := i + 1; j <= last && j < len(r.Checkpoints); j++ {
-		if _, ok := r.spans[j]; !ok {
-			r.startLocked(j)
+		if _, ok := r.spans[j]; ok {
+			continue
+		}
+		select {
+		case r.slots <- struct{}{}:
+			r.startLocked(j, true)
+		default:
+			return // every slot busy: readahead waits for no one
 		}
 	}
 }
@@ -295,7 +314,7 @@ func (r *Reader) spanData(ctx context.Context, i int, touch bool) ([]byte, error
 			r.mu.Unlock()
 			return nil, errors.New("index: reader closed")
 		}
-		c = r.startLocked(i)
+		c = r.startLocked(i, false)
 	}
 	r.mu.Unlock()
 	select {
@@ -306,16 +325,29 @@ func (r *Reader) spanData(ctx context.Context, i int, touch bool) ([]byte, error
 	}
 }
 
-// startLocked starts decoding span i in a goroutine owned by r. The decode
-// runs under r's context, not a caller's: other readers may be waiting for
-// the same span.
-func (r *Reader) startLocked(i int) *spanCall {
+// startLocked starts decoding span i in a goroutine owned by r, which
+// takes a decode slot first unless the caller holds one (haveSlot). The
+// decode runs under r's context, not a caller's: other readers may be
+// waiting for the same span.
+func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
 	c := &spanCall{done: make(chan struct{})}
 	r.spans[i] = c
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		data, err := r.decodeSpan(r.ctx, i)
+		var data []byte
+		var err error
+		if !haveSlot {
+			select {
+			case r.slots <- struct{}{}:
+			case <-r.ctx.Done():
+				err = r.ctx.Err()
+			}
+		}
+		if err == nil {
+			data, err = r.decodeSpan(r.ctx, i)
+			<-r.slots
+		}
 		r.mu.Lock()
 		c.data, c.err = data, err
 		if err != nil {

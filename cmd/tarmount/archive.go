@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
@@ -149,7 +150,7 @@ func indexCmd(ctx context.Context, url string, c *config, log *slog.Logger) erro
 }
 
 func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string, c *config, log *slog.Logger) error {
-	allowOther, debug, err := mountOptions(c.options)
+	allowOther, debugFUSE, err := mountOptions(c.options)
 	if err != nil {
 		return err
 	}
@@ -159,6 +160,9 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	} else if !st.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", mountpoint)
 	}
+	// The caches hold cache-mem bytes; a soft limit a little above keeps
+	// the garbage collector from letting the heap grow to twice that.
+	debug.SetMemoryLimit(c.cacheMem + c.cacheMem/4 + 64<<20)
 	start := time.Now()
 	a, err := openArchive(ctx, url, c, log, false)
 	if err != nil {
@@ -166,7 +170,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	}
 	defer a.Close()
 	server, err := tfs.Mount(mountpoint, a.reader, tfs.Options{
-		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: allowOther, Debug: debug,
+		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: allowOther, Debug: debugFUSE,
 	})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mountpoint, err)

@@ -1,0 +1,109 @@
+package tests
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tarmount/tarmount/tests/corpus"
+)
+
+// peakRSS returns the peak resident set size of a process (VmHWM).
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// TestMemoryBudget reads random ranges of random files with 64 readers
+// through a mount whose caches are much smaller than the archive, and
+// checks the process's peak resident memory against the budget given
+// with --cache-mem plus a fixed allowance for the runtime, FUSE buffers,
+// the index and spans being decoded.
+func TestMemoryBudget(t *testing.T) {
+	needFUSE(t)
+	if raceEnabled {
+		t.Skip("the race detector multiplies memory use")
+	}
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	corpus.MakeTree(t, src, corpus.TreeOptions{NoSparse: true})
+	// 96 MiB in 24 files of pseudo-random text: many spans, far more than
+	// the caches hold.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var names []string
+	for i := 0; i < 24; i++ {
+		name := fmt.Sprintf("data/f%02d.txt", i)
+		b := make([]byte, 4<<20)
+		for j := range b {
+			b[j] = "abcdefghijklmnopqrstuvwxyz0123456789 \n"[rng.IntN(38)]
+		}
+		if err := os.MkdirAll(filepath.Join(src, "data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	archive := filepath.Join(work, "a.tar.gz")
+	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+
+	const budget = 64 << 20
+	const allowance = 96 << 20
+	m := mount(t, archive, "--cache-dir", filepath.Join(work, "cache"), "--cache-mem", strconv.Itoa(budget))
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 3))
+			buf := make([]byte, 256<<10)
+			for i := 0; i < 30; i++ {
+				name := names[r.IntN(len(names))]
+				f, err := os.Open(filepath.Join(m.dir, name))
+				if err != nil {
+					errs <- err
+					return
+				}
+				off := r.Int64N(4<<20 - int64(len(buf)))
+				if _, err := f.ReadAt(buf, off); err != nil {
+					errs <- fmt.Errorf("%s at %d: %w", name, off, err)
+				}
+				f.Close()
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	peak := peakRSS(t, m.cmd.Process.Pid)
+	t.Logf("peak RSS %.1f MiB with --cache-mem %d MiB and 64 readers", float64(peak)/(1<<20), budget>>20)
+	if peak > budget+allowance {
+		t.Errorf("peak RSS %d MiB, want at most %d MiB (budget) + %d MiB", peak>>20, budget>>20, allowance>>20)
+	}
+}
