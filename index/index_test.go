@@ -592,26 +592,41 @@ func TestReadahead(t *testing.T) {
 		}
 		return s
 	}
+	// read reads in span, then waits for the decodes it started, so that
+	// every decode slot is free for the next step's readahead.
 	read := func(r *Reader, span int) {
 		off := int64(ix.Checkpoints[span].Out) - base + 10
 		if _, err := r.ReadAt(context.Background(), id, make([]byte, 100), off); err != nil {
 			t.Fatal(err)
 		}
+		for _, j := range started(r) {
+			r.mu.Lock()
+			c := r.spans[j]
+			r.mu.Unlock()
+			if c != nil {
+				<-c.done
+			}
+		}
 	}
 
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 3})
+	// The window grows while reads stay sequential: 0, 1, 2, 4 spans.
+	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 4})
 	defer r.Close()
-	read(r, 5)
-	if got := started(r); fmt.Sprint(got) != "[5]" {
-		t.Errorf("after one read: spans %v, want [5]", got)
-	}
-	read(r, 6)
-	if got := started(r); fmt.Sprint(got) != "[5 6 7 8 9]" {
-		t.Errorf("after reads of spans 5 and 6: spans %v, want [5 6 7 8 9]", got)
-	}
-	read(r, 2) // random: no readahead
-	if got := started(r); fmt.Sprint(got) != "[2 5 6 7 8 9]" {
-		t.Errorf("after a random read: spans %v, want [2 5 6 7 8 9]", got)
+	for _, step := range []struct {
+		span int
+		want string
+	}{
+		{5, "[5]"},
+		{6, "[5 6 7]"},
+		{7, "[5 6 7 8 9]"},
+		{8, "[5 6 7 8 9 10 11 12]"},
+		{2, "[2 5 6 7 8 9 10 11 12]"}, // a seek: no readahead
+		{3, "[2 3 4 5 6 7 8 9 10 11 12]"},
+	} {
+		read(r, step.span)
+		if got := fmt.Sprint(started(r)); got != step.want {
+			t.Errorf("after a read in span %d: spans %s, want %s", step.span, got, step.want)
+		}
 	}
 
 	// A read at the start of a file reads ahead at once.

@@ -71,13 +71,17 @@ type Reader struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	spans  map[int]*spanCall // cached and in-flight spans
-	lru    *list.List        // of int span indexes, most recent first
-	used   int64             // bytes of cached spans
-	recent [recentSpans]int  // spans of the latest reads, for readahead
-	next   int               // where the next read goes in recent
+	spans  map[int]*spanCall    // cached and in-flight spans
+	lru    *list.List           // of int span indexes, most recent first
+	used   int64                // bytes of cached spans
+	recent [recentSpans]readSeq // the latest readers, for readahead
+	next   int                  // where the next read goes in recent
 	closed bool
 }
+
+// readSeq is a reader that recently read span, with its readahead window
+// in spans.
+type readSeq struct{ span, window int }
 
 // decodeSlots is the number of spans fetched and decoded at once: a few
 // per core keeps every core busy while fetches wait on the network.
@@ -88,10 +92,10 @@ func decodeSlots() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 // one) from random ones, with several files read at once.
 const recentSpans = 16
 
-// DefaultReadahead is how many spans are fetched and decoded ahead of a
+// DefaultReadahead is the most spans fetched and decoded ahead of a
 // sequential reader: fetches overlap with decoding, and decoding runs on
-// every core.
-const DefaultReadahead = 4
+// every core. A reader's window grows to it while it stays sequential.
+const DefaultReadahead = 8
 
 type spanCall struct {
 	done chan struct{}
@@ -135,7 +139,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 		slots:  make(chan struct{}, decodeSlots()),
 	}
 	for i := range r.recent {
-		r.recent[i] = -2
+		r.recent[i].span = -2
 	}
 	return r
 }
@@ -256,38 +260,48 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, fileEnd in
 	return nil
 }
 
-// readahead starts decoding the spans after i in the background when a
-// recent read was in span i or the one before, or when the read starts a
-// file that ends at fileEnd beyond span i (then up to the file's end): a
-// sequential reader finds them decoded, and their fetches overlap with
-// decoding.
+// readahead starts decoding spans after span i in the background for a
+// sequential reader, so that it finds them decoded and their fetches
+// overlap with decoding. Each recent reader (an entry of r.recent) has a
+// window of spans: a read in the span after its last one doubles the
+// window, up to r.ahead; a read in the same span keeps it; any other read
+// is a seek and starts a new reader with no readahead. A read that starts
+// a file ending at fileEnd beyond span i starts with a window of two,
+// limited to the file.
 func (r *Reader) readahead(i int, fileEnd int64) {
 	if r.ahead == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	last := i + r.ahead
-	sequential := false
-	if fileEnd > r.spanEnd(i) {
-		sequential = true
-		last = min(last, r.span(fileEnd-1))
-	}
-	for _, s := range r.recent {
-		if s == i || s == i-1 {
-			sequential = true
-			last = i + r.ahead
+	window, limit := 0, len(r.Checkpoints)-1
+	k := -1
+	for j, e := range r.recent {
+		if e.span == i || e.span == i-1 {
+			k = j
 			break
 		}
 	}
-	if r.recent[(r.next+recentSpans-1)%recentSpans] != i {
-		r.recent[r.next] = i
+	switch {
+	case k >= 0:
+		e := &r.recent[k]
+		if e.span == i-1 {
+			e.window = min(max(2*e.window, 1), r.ahead)
+			e.span = i
+		}
+		window = e.window
+	default:
+		if fileEnd > r.spanEnd(i) {
+			window = min(2, r.ahead)
+			limit = r.span(fileEnd - 1)
+		}
+		r.recent[r.next] = readSeq{span: i, window: window}
 		r.next = (r.next + 1) % recentSpans
 	}
-	if !sequential || r.closed {
+	if r.closed {
 		return
 	}
-	for j := i + 1; j <= last && j < len(r.Checkpoints); j++ {
+	for j := i + 1; j <= min(i+window, limit); j++ {
 		if _, ok := r.spans[j]; ok {
 			continue
 		}
