@@ -58,6 +58,7 @@ type config struct {
 	workers   int
 	cacheMem  int64
 	mountName string
+	readahead int
 }
 
 func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
@@ -70,6 +71,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory")
+	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
