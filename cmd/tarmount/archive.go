@@ -35,7 +35,10 @@ type archive struct {
 	reader *index.Reader
 }
 
-func (a *archive) Close() {
+func (a *archive) Close(log *slog.Logger) {
+	st := a.blocks.Stats()
+	log.Debug("block cache totals", "requests", st.Requests, "bytes", st.BytesFetched,
+		"hits", st.CacheHits, "misses", st.CacheMisses, "evictions", st.Evictions)
 	if a.reader != nil {
 		a.reader.Close()
 	}
@@ -54,7 +57,7 @@ func cachePath(dir, url string, id fetch.Identity) string {
 // one in the cache directory, else it builds one in a single streamed pass
 // and saves it.
 func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (*archive, error) {
-	src, err := fetch.Open(ctx, url, fetch.Options{Logger: log})
+	src, err := fetch.Open(ctx, url, fetch.Options{Logger: log, Header: c.headers.h})
 	if err != nil {
 		return nil, err
 	}
@@ -66,11 +69,11 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	case c.indexFile != "":
 		ix, err := index.Load(c.indexFile)
 		if err != nil {
-			a.Close()
+			a.Close(log)
 			return nil, err
 		}
 		if !sameIdentity(ix.Source, id) {
-			a.Close()
+			a.Close(log)
 			return nil, fmt.Errorf("%w: %s was built for %s, the source is now %s",
 				index.ErrIdentity, c.indexFile, ix.Source, id)
 		}
@@ -86,7 +89,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	if a.ix == nil {
 		a.ix, err = buildIndex(ctx, a, c, log)
 		if err != nil {
-			a.Close()
+			a.Close(log)
 			return nil, err
 		}
 		if err := a.ix.Save(cached); err != nil {
@@ -139,7 +142,7 @@ func indexCmd(ctx context.Context, url string, c *config, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
-	defer a.Close()
+	defer a.Close(log)
 	if c.output != "" {
 		if err := a.ix.Save(c.output); err != nil {
 			return err
@@ -168,7 +171,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	if err != nil {
 		return err
 	}
-	defer a.Close()
+	defer a.Close(log)
 	server, err := tfs.Mount(mountpoint, a.reader, tfs.Options{
 		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: allowOther, Debug: debugFUSE,
 	})

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -59,6 +60,25 @@ type config struct {
 	cacheMem  int64
 	mountName string
 	readahead int
+	headers   headerFlag
+}
+
+// headerFlag collects -H 'Name: value' flags.
+type headerFlag struct{ h http.Header }
+
+func (f *headerFlag) String() string { return "" }
+
+func (f *headerFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return fmt.Errorf("want 'Name: value', got %q", v)
+	}
+	if f.h == nil {
+		f.h = http.Header{}
+	}
+	f.h.Add(name, strings.TrimSpace(value))
+	return nil
 }
 
 func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
@@ -71,6 +91,8 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory")
+	fs.Var(&c.headers, "H", "extra HTTP request header 'Name: value' (repeatable), e.g. an auth token")
+	fs.Var(&c.headers, "header", "same as -H")
 	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.Usage = func() {
