@@ -62,7 +62,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 		return nil, err
 	}
 	a := &archive{src: src}
-	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log})
+	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{BlockSize: c.blockSize, Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log})
 	id := src.Identity()
 	cached := cachePath(c.cacheDir, src.String(), id)
 	switch {

@@ -61,6 +61,7 @@ type config struct {
 	mountName string
 	readahead int
 	headers   headerFlag
+	blockSize int64
 }
 
 // headerFlag collects -H 'Name: value' flags.
@@ -90,6 +91,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index: output file)")
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
+	fs.Int64Var(&c.blockSize, "block-size", 4<<20, "bytes per fetched block (streaming and plain tar reads)")
 	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory")
 	fs.Var(&c.headers, "H", "extra HTTP request header 'Name: value' (repeatable), e.g. an auth token")
 	fs.Var(&c.headers, "header", "same as -H")
