@@ -46,12 +46,14 @@ type sourceKind struct {
 	hasETag       bool
 }
 
-// sourceKinds are every kind of source, each over a real backend: files
-// and a loopback HTTP server.
+// sourceKinds are every kind of source, each over a real backend: files,
+// a loopback HTTP server, and a loopback S3-compatible server (skipped
+// when versitygw is not installed).
 var sourceKinds = []sourceKind{
 	{name: "file", newStore: newFileStore(false)},
 	{name: "file-url", newStore: newFileStore(true)},
 	{name: "http", newStore: newHTTPStore, detectsChange: true, hasETag: true},
+	{name: "s3", newStore: newS3Store, detectsChange: true, hasETag: true},
 }
 
 func TestSourceConformance(t *testing.T) {

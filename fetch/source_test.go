@@ -77,7 +77,6 @@ func TestOpenURLForms(t *testing.T) {
 		{name: "directory", url: dir, wantErr: "is a directory"},
 		{name: "fifo", url: filepath.Join(dir, "fifo"), wantErr: "not a regular file"},
 		{name: "file URL with host", url: "file://otherhost" + path, wantErr: "only local files"},
-		{name: "s3", url: "s3://bucket/key.tar", wantErr: "not supported yet"},
 		{name: "unknown scheme", url: "ftp://host/a.tar", wantErr: `unsupported URL scheme "ftp"`},
 		{name: "empty", url: "", wantErr: "empty URL"},
 		{name: "http without host", url: "http:///a.tar", wantErr: "no host"},
