@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -115,9 +117,9 @@ func openS3(ctx context.Context, rawURL string, opts Options, log *slog.Logger) 
 // identity or IMDS; region and endpoint from the options, else the
 // environment (AWS_REGION, AWS_ENDPOINT_URL) and the profile.
 func loadS3Config(ctx context.Context, opts Options) (aws.Config, error) {
-	client := opts.Client
-	if client == nil {
-		client = defaultClient()
+	var client config.HTTPClient = defaultS3Client()
+	if opts.Client != nil {
+		client = opts.Client
 	}
 	lo := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(client),
@@ -157,6 +159,26 @@ func loadS3Config(ctx context.Context, opts Options) (aws.Config, error) {
 	}
 	return cfg, nil
 }
+
+// defaultS3Client is the SDK's buildable HTTP client with the transport
+// settings of defaultClient (HTTP/1.1 only, many idle connections per
+// host, no transparent decompression). It must stay the SDK's type: the
+// SDK adds a custom CA bundle (AWS_CA_BUNDLE, ca_bundle in a profile) to
+// its transport, and refuses any other client when one is configured.
+var defaultS3Client = sync.OnceValue(func() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		d, ok := defaultClient().Transport.(*http.Transport)
+		if !ok {
+			return
+		}
+		tr.Protocols = d.Protocols
+		tr.ForceAttemptHTTP2 = d.ForceAttemptHTTP2
+		tr.MaxIdleConns = d.MaxIdleConns
+		tr.MaxIdleConnsPerHost = d.MaxIdleConnsPerHost
+		tr.DisableCompression = d.DisableCompression
+		tr.ResponseHeaderTimeout = d.ResponseHeaderTimeout
+	})
+})
 
 // newS3Client makes a client that signs for region. An endpoint given in
 // opts wins over AWS_ENDPOINT_URL(_S3) and the profile's; with any custom

@@ -179,7 +179,9 @@ type Options struct {
 	// Client sends HTTP requests; nil means a shared client tuned for many
 	// parallel range requests to one host (HTTP/1.1 only, so parallel
 	// requests use separate connections; keep-alive; 64 idle connections
-	// per host; no transparent decompression). S3 requests use it too.
+	// per host; no transparent decompression). S3 requests use it too;
+	// leave it nil there when a custom CA bundle is configured
+	// (AWS_CA_BUNDLE), which the AWS SDK adds only to its own client.
 	Client *http.Client
 
 	// s3:// only. Credentials come from the standard AWS chain
