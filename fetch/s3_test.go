@@ -616,3 +616,42 @@ func TestS3CABundle(t *testing.T) {
 		return true
 	})
 }
+
+// BenchmarkSourceReadAt reads one range per op from a loopback HTTP
+// server and from versitygw: small reads show the cost of a request (the
+// SDK's signing and middleware on the S3 side), large ones the throughput
+// of one connection.
+func BenchmarkSourceReadAt(b *testing.B) {
+	data := randomBytes(8<<20, 1)
+	for _, kind := range []string{"http", "s3"} {
+		var url string
+		var opts Options
+		switch kind {
+		case "http":
+			srv := newTestServer(b, &object{data: data, etag: `"e"`, modtime: testModTime})
+			url = srv.URL + "/a.tar"
+		case "s3":
+			srv := sharedS3(b)
+			bucket := newBucket(b, srv)
+			srv.Put(b, bucket, "a.tar", data)
+			url, opts = "s3://"+bucket+"/a.tar", Options{EndpointURL: srv.URL, Region: "us-east-1"}
+		}
+		src, err := Open(b.Context(), url, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{4 << 10, 4 << 20} {
+			b.Run(fmt.Sprintf("%s/len=%d", kind, n), func(b *testing.B) {
+				p := make([]byte, n)
+				b.SetBytes(int64(n))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := src.ReadAt(b.Context(), p, 12345); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		src.Close()
+	}
+}
