@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
@@ -72,7 +73,7 @@ func openS3(ctx context.Context, rawURL string, opts Options, log *slog.Logger) 
 		return nil, err
 	}
 	name := "s3://" + bucket + "/" + key
-	cfg, err := loadS3Config(ctx, opts)
+	cfg, err := loadS3Config(ctx, opts, sdkLogger{log: log, src: name})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
@@ -116,13 +117,14 @@ func openS3(ctx context.Context, rawURL string, opts Options, log *slog.Logger) 
 // environment, the shared files (Options.Profile, else AWS_PROFILE), web
 // identity or IMDS; region and endpoint from the options, else the
 // environment (AWS_REGION, AWS_ENDPOINT_URL) and the profile.
-func loadS3Config(ctx context.Context, opts Options) (aws.Config, error) {
+func loadS3Config(ctx context.Context, opts Options, logger sdkLogger) (aws.Config, error) {
 	var client config.HTTPClient = defaultS3Client()
 	if opts.Client != nil {
 		client = opts.Client
 	}
 	lo := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(client),
+		config.WithLogger(logger),
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
@@ -158,6 +160,18 @@ func loadS3Config(ctx context.Context, opts Options) (aws.Config, error) {
 		return aws.Config{}, fmt.Errorf("no usable AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile; a public bucket is read without them with no-sign-request): %w", err)
 	}
 	return cfg, nil
+}
+
+// sdkLogger takes the SDK's own log lines (such as a fallback to IMDSv1
+// while looking for credentials) at debug level: what matters reaches the
+// caller as an error.
+type sdkLogger struct {
+	log *slog.Logger
+	src string
+}
+
+func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
+	l.log.Debug("aws sdk", "src", l.src, "class", string(c), "err", fmt.Sprintf(format, v...))
 }
 
 // defaultS3Client is the SDK's buildable HTTP client with the transport
