@@ -1,4 +1,4 @@
-// Package fetch owns byte access to the source object: file and HTTP(S)
+// Package fetch owns byte access to the source object: file, HTTP(S) and S3
 // range sources pinned to one version of the object, parallel block
 // fetching with one fetch in flight per block, a memory cache bounded in
 // bytes, and in-order streaming with read-ahead.
@@ -9,8 +9,9 @@
 // Layers:
 //
 //	Open(url) -> Source   ReadAt(ctx, p, off) on one pinned version of the
-//	                |     object; every HTTP range request is conditional
-//	                |     on the identity seen at Open (If-Match)
+//	                |     object; every HTTP or S3 range request is
+//	                |     conditional on the identity seen at Open
+//	                |     (If-Match, or the S3 version id)
 //	                v
 //	            Blocks    fixed-size blocks fetched by Workers goroutines,
 //	                      memory LRU bounded in bytes, ReadAt for random

@@ -54,7 +54,9 @@ func (e *connError) Unwrap() error { return e.err }
 
 // IsRetryable reports whether err is transient, so that the same read may
 // succeed if tried again: HTTP 5xx (except 501 and 505), 408 and 429,
-// refused, reset or cut connections and short bodies. A done context,
+// S3 throttling and timeout codes (SlowDown, RequestTimeout, InternalError,
+// ServiceUnavailable, Throttling...) whatever their status, refused, reset
+// or cut connections and short bodies. A done context,
 // ErrChanged, ErrNotFound, ErrNoRange, ErrClosed and other 4xx are
 // permanent.
 func IsRetryable(err error) bool {
@@ -76,6 +78,9 @@ func IsRetryable(err error) bool {
 			return false
 		}
 		return se.Code >= 500 && se.Code <= 599
+	}
+	if retryable, ok := isRetryableS3(err); ok {
+		return retryable
 	}
 	if _, ok := errors.AsType[*connError](err); ok {
 		return true
@@ -108,7 +113,7 @@ type Identity struct {
 	Size         int64
 	ETag         string    // strong or weak as sent by the server; "" if none
 	LastModified time.Time // zero if unknown
-	VersionID    string    // reserved for S3 (later issue)
+	VersionID    string    // S3 version id when the bucket is versioned
 }
 
 // Key returns a short stable string (32 hex digits of a SHA-256 over all
@@ -174,16 +179,36 @@ type Options struct {
 	// Client sends HTTP requests; nil means a shared client tuned for many
 	// parallel range requests to one host (HTTP/1.1 only, so parallel
 	// requests use separate connections; keep-alive; 64 idle connections
-	// per host; no transparent decompression).
+	// per host; no transparent decompression). S3 requests use it too;
+	// leave it nil there when a custom CA bundle is configured
+	// (AWS_CA_BUNDLE), which the AWS SDK adds only to its own client.
 	Client *http.Client
+
+	// s3:// only. Credentials come from the standard AWS chain
+	// (environment, shared config and credentials files, web identity,
+	// IMDS), as the AWS CLI finds them.
+
+	// Region signs S3 requests; "" means the bucket's own region, asked
+	// from the server, else AWS_REGION or the profile's, else us-east-1.
+	Region string
+	// EndpointURL is an S3-compatible server, e.g. http://127.0.0.1:7070;
+	// "" means AWS_ENDPOINT_URL(_S3), the profile's, else AWS S3. With any
+	// custom endpoint, buckets are addressed by path.
+	EndpointURL string
+	// Profile names a profile of the shared AWS config files; "" means
+	// AWS_PROFILE, else "default".
+	Profile string
+	// NoSignRequest sends S3 requests unsigned, for public buckets.
+	NoSignRequest bool
 }
 
 // Open parses rawURL, fetches the object's identity with one request and
 // returns a Source pinned to it.
 //
-// URL forms: http://…, https://…, file:///path (or file://localhost/path)
-// and plain paths, relative or absolute. Userinfo in an HTTP URL is sent as
-// basic auth. s3:// is not supported yet.
+// URL forms: http://…, https://…, s3://bucket/key, file:///path (or
+// file://localhost/path) and plain paths, relative or absolute. Userinfo in
+// an HTTP URL is sent as basic auth. An S3 key is taken verbatim, as the
+// AWS CLI takes it (no percent-decoding).
 func Open(ctx context.Context, rawURL string, opts Options) (Source, error) {
 	log := opts.Logger
 	if log == nil {
@@ -217,9 +242,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (Source, error) {
 		}
 		return openFile(ctx, u.Path, log)
 	case scheme == "s3":
-		return nil, fmt.Errorf("open %s: s3:// sources are not supported yet", rawURL)
+		return openS3(ctx, rawURL, opts, log)
 	default:
-		return nil, fmt.Errorf("open: unsupported URL scheme %q (want http, https, file or a path)", scheme)
+		return nil, fmt.Errorf("open: unsupported URL scheme %q (want http, https, s3, file or a path)", scheme)
 	}
 }
 

@@ -16,23 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// sourceKinds open the same bytes through every kind of source.
-var sourceKinds = []struct {
-	name string
-	open func(t *testing.T, data []byte) Source
-}{
-	{"file", func(t *testing.T, data []byte) Source {
-		return mustOpen(t, writeTemp(t, data))
-	}},
-	{"file-url", func(t *testing.T, data []byte) Source {
-		return mustOpen(t, "file://"+writeTemp(t, data))
-	}},
-	{"http", func(t *testing.T, data []byte) Source {
-		srv := newTestServer(t, &object{data: data, etag: `"v1"`, modtime: testModTime})
-		return mustOpen(t, srv.URL+"/a.tar")
-	}},
-}
-
 func writeTemp(t *testing.T, data []byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "a.tar")
@@ -46,27 +29,6 @@ func mustOpen(t *testing.T, rawURL string) Source {
 	require.NoError(t, err)
 	t.Cleanup(func() { src.Close() })
 	return src
-}
-
-func TestSourceReadAt(t *testing.T) {
-	for _, kind := range sourceKinds {
-		for _, size := range []int{0, 1, 4095, 4096, 4097, 100_003} {
-			t.Run(fmt.Sprintf("%s/size=%d", kind.name, size), func(t *testing.T) {
-				t.Parallel()
-				data := randomBytes(size, uint64(size))
-				src := kind.open(t, data)
-				require.Equal(t, int64(size), src.Identity().Size)
-				ctx := t.Context()
-				checkRanges(t, func(p []byte, off int64) (int, error) { return src.ReadAt(ctx, p, off) }, data, 4096, uint64(size))
-
-				n, err := src.ReadAt(ctx, nil, 0)
-				require.NoError(t, err)
-				require.Zero(t, n)
-				_, err = src.ReadAt(ctx, make([]byte, 1), -1)
-				require.ErrorContains(t, err, "negative offset")
-			})
-		}
-	}
 }
 
 func TestSourceIdentity(t *testing.T) {
@@ -115,7 +77,6 @@ func TestOpenURLForms(t *testing.T) {
 		{name: "directory", url: dir, wantErr: "is a directory"},
 		{name: "fifo", url: filepath.Join(dir, "fifo"), wantErr: "not a regular file"},
 		{name: "file URL with host", url: "file://otherhost" + path, wantErr: "only local files"},
-		{name: "s3", url: "s3://bucket/key.tar", wantErr: "not supported yet"},
 		{name: "unknown scheme", url: "ftp://host/a.tar", wantErr: `unsupported URL scheme "ftp"`},
 		{name: "empty", url: "", wantErr: "empty URL"},
 		{name: "http without host", url: "http:///a.tar", wantErr: "no host"},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need, and only what is missing:
 #   fusermount3 (fuse3), pigz, bsdtar (libarchive-tools), setfattr/getfattr (attr),
-#   curl, GNU tar and gzip; then downloads the Go modules.
+#   curl, GNU tar and gzip; then downloads the Go modules and builds versitygw
+#   (scripts/versitygw.sh) into the user's cache directory.
 # Idempotent and quiet on success; on failure it prints the installer's output
 # and exits (or returns, when sourced) non-zero.
 #
@@ -78,6 +79,8 @@ tarmount_deps() (
 		echo "deps.sh: go mod download failed" >&2
 		return 1
 	fi
+	# The S3-compatible server of the s3:// tests, built once per machine.
+	bash scripts/versitygw.sh >/dev/null
 )
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

@@ -57,7 +57,14 @@ func cachePath(dir, url string, id fetch.Identity) string {
 // one in the cache directory, else it builds one in a single streamed pass
 // and saves it.
 func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (*archive, error) {
-	src, err := fetch.Open(ctx, url, fetch.Options{Logger: log, Header: c.headers.h})
+	src, err := fetch.Open(ctx, url, fetch.Options{
+		Logger:        log,
+		Header:        c.headers.h,
+		Region:        c.s3.region,
+		EndpointURL:   c.s3.endpointURL,
+		Profile:       c.s3.profile,
+		NoSignRequest: c.s3.noSignRequest,
+	})
 	if err != nil {
 		return nil, err
 	}

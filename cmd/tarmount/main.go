@@ -1,5 +1,5 @@
-// Command tarmount mounts a tarball behind http(s):// or a local path as a
-// read-only FUSE filesystem, reading only the parts that are used.
+// Command tarmount mounts a tarball behind http(s)://, s3:// or a local path
+// as a read-only FUSE filesystem, reading only the parts that are used.
 //
 //	tarmount [flags] URL MOUNTPOINT     mount; stays in the foreground until unmounted or signalled
 //	tarmount index [flags] URL          build (or refresh) the index; -o FILE writes it there too
@@ -25,14 +25,18 @@ const usage = `Usage:
   tarmount index [flags] URL         build and save the index of the archive
   tarmount unmount MOUNTPOINT        unmount (lazily when busy; clears a dead mount)
 
-URL is http://..., https://..., file:///path or a path. Archives: .tar and
-.tar.gz (gzip, pigz, multi-member), recognised by their content.
+URL is http://..., https://..., s3://bucket/key, file:///path or a path.
+Archives: .tar and .tar.gz (gzip, pigz, multi-member), recognised by their
+content. s3:// uses the standard AWS credentials (AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY, AWS_PROFILE or --profile, web identity, instance
+role), like the AWS CLI.
 
 Examples:
   tarmount https://example.com/runtime.tar.gz /mnt/runtime
   tarmount ./runtime.tar /mnt/runtime -o allow_other
   tarmount index https://example.com/runtime.tar.gz -o runtime.tar.gz.idx
   tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz.idx
+  tarmount s3://bucket/runtime.tar.gz /mnt/runtime --endpoint-url http://127.0.0.1:7070
 
 Flags:
 `
@@ -62,6 +66,7 @@ type config struct {
 	readahead int
 	headers   headerFlag
 	blockSize int64
+	s3        s3Flags
 }
 
 // headerFlag collects -H 'Name: value' flags.
@@ -82,6 +87,15 @@ func (f *headerFlag) Set(v string) error {
 	return nil
 }
 
+// s3Flags are the s3:// settings; what they leave empty comes from the
+// environment and the shared AWS files, as the AWS CLI reads them.
+type s3Flags struct {
+	region        string
+	endpointURL   string
+	profile       string
+	noSignRequest bool
+}
+
 func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -97,6 +111,10 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&c.headers, "header", "same as -H")
 	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
+	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket (default: asked from the server)")
+	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: URL of an S3-compatible server (default: $AWS_ENDPOINT_URL, else AWS)")
+	fs.StringVar(&c.s3.profile, "profile", "", "s3: profile of the shared AWS config files (default: $AWS_PROFILE)")
+	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned (public buckets)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
