@@ -13,8 +13,13 @@
 //	                |     on the identity seen at Open (If-Match)
 //	                v
 //	            Blocks    fixed-size blocks fetched by Workers goroutines,
-//	                      memory LRU bounded in bytes, ReadAt for random
-//	                      access, Stream for in-order reading with read-ahead
+//	                |     memory LRU bounded in bytes, ReadAt for random
+//	                |     access, Stream for in-order reading with read-ahead,
+//	                |     Ranges for exact ranges (gzip spans)
+//	                v
+//	            DiskCache optional: blocks and ranges kept on disk across
+//	                      mounts and shared by processes, keyed by identity,
+//	                      checksummed, LRU bounded in bytes
 //
 // Block layout of an object of Size bytes (the last block is short):
 //
