@@ -57,6 +57,7 @@ type config struct {
 	span      int64
 	workers   int
 	cacheMem  int64
+	cacheDisk int64
 	mountName string
 }
 
@@ -64,12 +65,13 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&c.verbose, "v", false, "verbose: log every step at debug level")
-	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes live")
+	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes and cached archive blocks live")
 	fs.StringVar(&c.indexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
 	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index: output file)")
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory")
+	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts (0: none; local archives never)")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
