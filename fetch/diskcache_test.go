@@ -307,3 +307,46 @@ func TestDiskCachePutAsync(t *testing.T) {
 	require.Equal(t, int64(64), st.Writes)
 	require.Equal(t, int64(1), st.Dropped)
 }
+
+// BenchmarkDiskCacheScan measures the directory scan that bounds the
+// cache, over 2560 entries (10 GiB of 4 MiB blocks) in 4 objects.
+func BenchmarkDiskCacheScan(b *testing.B) {
+	const entries = 2560
+	dir := b.TempDir()
+	d := newTestDisk(b, dir, DiskCacheOptions{})
+	for i := range entries {
+		key := Identity{Size: 1, ETag: fmt.Sprintf(`"%d"`, i%4)}.Key()
+		if err := d.Put(key, int64(i)<<22, []byte{byte(i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.scanMu.Lock()
+		d.scanLocked()
+		d.scanMu.Unlock()
+	}
+}
+
+// BenchmarkDiskCacheGet reads one verified entry (from the page cache), at
+// the size of a compressed gzip span and of a block.
+func BenchmarkDiskCacheGet(b *testing.B) {
+	for _, n := range []int{1 << 20, 4 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			d := newTestDisk(b, b.TempDir(), DiskCacheOptions{})
+			key := Identity{Size: 1, ETag: `"a"`}.Key()
+			data := randomBytes(n, 1)
+			if err := d.Put(key, 0, data); err != nil {
+				b.Fatal(err)
+			}
+			p := make([]byte, n)
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if !d.Get(key, 0, p) {
+					b.Fatal("miss")
+				}
+			}
+		})
+	}
+}
