@@ -31,6 +31,12 @@ type BlocksOptions struct {
 	// Workers+2 blocks.
 	CacheBytes int64
 	Logger     *slog.Logger // nil = discard
+	// Disk, if not nil, is a persistent second level below memory: a
+	// block missing from memory is read from it before it is fetched, and
+	// fetched blocks are written to it in the background (blocksdisk.go).
+	// It is not used for a source whose identity does not pass
+	// DiskCacheable. Blocks does not own it: Close does not close it.
+	Disk *DiskCache
 }
 
 // Stats are counters since NewBlocks, and the current cache size.
@@ -41,6 +47,10 @@ type Stats struct {
 	CacheMisses  int64 // block lookups that had to wait for a fetch (started or joined)
 	Evictions    int64 // blocks dropped to respect CacheBytes
 	CachedBytes  int64 // bytes of cached blocks now
+	DiskHits     int64 // blocks and ranges read from the disk cache instead of the Source
+	DiskBytes    int64 // bytes those disk reads returned
+	DiskWrites   int64 // blocks and ranges written to the disk cache
+	DiskDropped  int64 // writes dropped because the disk cache's queue was full
 }
 
 // Blocks reads a Source in fixed-size, aligned blocks, keeps recently used
@@ -53,7 +63,8 @@ type Stats struct {
 // Memory: CacheBytes bounds cached blocks plus running fetches. A block
 // dropped while a reader still copies from it, or while a stream holds it
 // as read-ahead, stays alive until released, so the transient peak is
-// higher by at most what readers hold.
+// higher by at most what readers hold (and, with a disk cache, what waits
+// in its write queue: DiskCacheOptions.QueueBytes).
 //
 // Blocks is safe for concurrent use. It does not own the Source: Close
 // does not close it. Close must be called to stop its goroutines.
@@ -71,8 +82,11 @@ type Blocks struct {
 	cancel     context.CancelFunc // cancels ctx
 	work       *sync.Cond         // on mu: a fetch was queued, or Close
 	wg         sync.WaitGroup     // worker goroutines
+	disk       *DiskCache         // nil = none
+	diskKey    string             // src.Identity().Key() when disk is set
 
 	requests, bytesFetched, hits, misses, evictions atomic.Int64
+	diskHits, diskBytes, diskWrites, diskDropped    atomic.Int64
 
 	mu sync.Mutex
 	// guarded by mu
@@ -121,6 +135,8 @@ type block struct {
 	cancel     context.CancelFunc // cancels the running fetch
 	streamOnly bool               // fetched for a stream and not read by ReadAt since
 	prev, next *block             // LRU links; nil when not cached
+	// set by the fetching worker before publish, then guarded by Blocks.mu
+	disk diskState
 }
 
 // NewBlocks returns a block cache over src, whose size is taken from
@@ -162,6 +178,7 @@ func NewBlocks(src Source, opts BlocksOptions) *Blocks {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.work = sync.NewCond(&b.mu)
 	b.lru.next, b.lru.prev = &b.lru, &b.lru
+	b.initDisk(opts.Disk)
 	for range min(int64(workers), b.nblocks) {
 		b.wg.Go(b.worker)
 	}
@@ -186,6 +203,10 @@ func (b *Blocks) Stats() Stats {
 		CacheMisses:  b.misses.Load(),
 		Evictions:    b.evictions.Load(),
 		CachedBytes:  cached,
+		DiskHits:     b.diskHits.Load(),
+		DiskBytes:    b.diskBytes.Load(),
+		DiskWrites:   b.diskWrites.Load(),
+		DiskDropped:  b.diskDropped.Load(),
 	}
 }
 
@@ -245,7 +266,9 @@ func (b *Blocks) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // is cached, and reports whether it did; it never fetches. Readers that
 // fetch exact ranges themselves (decoded spans) use it to reuse blocks the
 // index pass or a stream brought in. A hit counts like a ReadAt hit. A
-// range past the end of the object is never cached.
+// range past the end of the object is never cached. With a disk cache it
+// also reads the range, or the blocks that hold it, from disk; after a
+// miss the contents of p are then unspecified.
 func (b *Blocks) ReadCached(p []byte, off int64) bool {
 	if off < 0 || off+int64(len(p)) > b.size {
 		return false
@@ -269,7 +292,7 @@ func (b *Blocks) ReadCached(p []byte, off int64) bool {
 			for _, h := range held {
 				b.unref(h)
 			}
-			return false
+			return b.readCachedDisk(p, off)
 		}
 		blk.refs.Add(1)
 		held = append(held, blk)
@@ -279,6 +302,7 @@ func (b *Blocks) ReadCached(p []byte, off int64) bool {
 		blk.streamOnly = false
 		b.lruRemoveLocked(blk)
 		b.lruInsertLocked(blk, &b.lru)
+		b.toDiskLocked(blk)
 	}
 	b.mu.Unlock()
 	n := 0
@@ -359,6 +383,7 @@ func (b *Blocks) getLocked(idx int64, fg bool) *block {
 		b.work.Signal()
 	case blk.state == blockDone:
 		b.hits.Add(1)
+		b.toDiskLocked(blk)
 		if fg {
 			blk.streamOnly = false
 			b.lruRemoveLocked(blk)
@@ -509,10 +534,14 @@ func (b *Blocks) worker() {
 	}
 }
 
-// fetch reads blk from the source into a pooled buffer.
+// fetch reads blk from the disk cache or else the source into a pooled
+// buffer.
 func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 	buf := b.pool.Get().(*[]byte)
 	p := (*buf)[:blk.n]
+	if b.readDisk(blk, p) {
+		return buf, nil
+	}
 	b.requests.Add(1)
 	n, err := b.src.ReadAt(ctx, p, blk.off)
 	b.bytesFetched.Add(int64(n))
@@ -558,6 +587,7 @@ func (b *Blocks) publishLocked(blk *block, buf *[]byte, err error) {
 		b.blocks[blk.idx] = blk
 		b.lruInsertLocked(blk, &b.lru)
 		b.cached += int64(blk.n)
+		b.toDiskLocked(blk)
 		b.shrinkLocked()
 	} else if blk.refs.Add(evictedBit) == evictedBit {
 		b.pool.Put(buf)

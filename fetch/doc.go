@@ -14,8 +14,13 @@
 //	                |     (If-Match, or the S3 version id)
 //	                v
 //	            Blocks    fixed-size blocks fetched by Workers goroutines,
-//	                      memory LRU bounded in bytes, ReadAt for random
-//	                      access, Stream for in-order reading with read-ahead
+//	                |     memory LRU bounded in bytes, ReadAt for random
+//	                |     access, Stream for in-order reading with read-ahead,
+//	                |     Ranges for exact ranges (gzip spans)
+//	                v
+//	            DiskCache optional: blocks and ranges kept on disk across
+//	                      mounts and shared by processes, keyed by identity,
+//	                      checksummed, LRU bounded in bytes
 //
 // Block layout of an object of Size bytes (the last block is short):
 //

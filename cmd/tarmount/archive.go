@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
@@ -31,6 +32,7 @@ func defaultCacheDir() string {
 type archive struct {
 	src    fetch.Source
 	blocks *fetch.Blocks
+	disk   *fetch.DiskCache // nil = none
 	ix     *index.Index
 	reader *index.Reader
 }
@@ -38,11 +40,15 @@ type archive struct {
 func (a *archive) Close(log *slog.Logger) {
 	st := a.blocks.Stats()
 	log.Debug("block cache totals", "requests", st.Requests, "bytes", st.BytesFetched,
-		"hits", st.CacheHits, "misses", st.CacheMisses, "evictions", st.Evictions)
+		"hits", st.CacheHits, "misses", st.CacheMisses, "evictions", st.Evictions,
+		"disk_hits", st.DiskHits, "disk_bytes", st.DiskBytes, "disk_writes", st.DiskWrites, "disk_dropped", st.DiskDropped)
 	if a.reader != nil {
 		a.reader.Close()
 	}
 	a.blocks.Close()
+	if a.disk != nil {
+		a.disk.Close()
+	}
 	a.src.Close()
 }
 
@@ -69,7 +75,8 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 		return nil, err
 	}
 	a := &archive{src: src}
-	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{BlockSize: c.blockSize, Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log})
+	a.disk = openDiskCache(url, c, log)
+	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{BlockSize: c.blockSize, Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log, Disk: a.disk})
 	id := src.Identity()
 	cached := cachePath(c.cacheDir, src.String(), id)
 	switch {
@@ -103,14 +110,33 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 			log.Warn("could not save index", "path", cached, "err", err)
 		}
 	}
-	// A gzip span is fetched with one exact range request; plain tar reads
-	// go through the block cache.
+	// A gzip span is fetched with one exact range request (kept on disk
+	// when there is a disk cache); plain tar reads go through the block
+	// cache.
 	var rs index.Source = a.blocks
 	if a.ix.Codec != index.CodecNone {
-		rs = src
+		rs = a.blocks.Ranges()
 	}
 	a.reader = index.NewReader(a.ix, rs, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Cache: a.blocks, Readahead: c.readahead, Logger: log})
 	return a, nil
+}
+
+// openDiskCache opens the block cache on disk for a remote archive, or
+// returns nil: when --cache-disk is 0, for local files (which would only be
+// copied), or when the directory cannot be made (logged; the mount goes
+// on without it).
+func openDiskCache(url string, c *config, log *slog.Logger) *fetch.DiskCache {
+	scheme, _, remote := strings.Cut(url, "://")
+	if c.cacheDisk <= 0 || !remote || strings.EqualFold(scheme, "file") {
+		return nil
+	}
+	dir := filepath.Join(c.cacheDir, "blocks")
+	d, err := fetch.OpenDiskCache(dir, fetch.DiskCacheOptions{MaxBytes: c.cacheDisk, Logger: log})
+	if err != nil {
+		log.Warn("disk cache unusable, going on without it", "path", dir, "err", err)
+		return nil
+	}
+	return d
 }
 
 func sameIdentity(a, b fetch.Identity) bool {

@@ -62,6 +62,7 @@ type config struct {
 	span      int64
 	workers   int
 	cacheMem  int64
+	cacheDisk int64
 	mountName string
 	readahead int
 	headers   headerFlag
@@ -100,7 +101,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&c.verbose, "v", false, "verbose: log every step at debug level")
-	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes live")
+	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes and cached archive blocks live")
 	fs.StringVar(&c.indexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
 	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index: output file)")
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
@@ -110,6 +111,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&c.headers, "H", "extra HTTP request header 'Name: value' (repeatable), e.g. an auth token")
 	fs.Var(&c.headers, "header", "same as -H")
 	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
+	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts (0: none; local archives never)")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket (default: asked from the server)")
 	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: URL of an S3-compatible server (default: $AWS_ENDPOINT_URL, else AWS)")
