@@ -292,21 +292,22 @@ func (s *retrySource) backoff(failures int, err error) time.Duration {
 	return d
 }
 
-// timeout counts a read that ran out of time and returns its error, which
-// names the last retried failure (the final one is often just the
-// deadline cutting an attempt short).
+// timeout counts a read that ran out of time, or would run out before
+// its next attempt, and returns its error. The error names the last
+// retried failure (the final one is often just the deadline cutting an
+// attempt short), formatted with %v: it was transient, and the timeout
+// must not look retryable to IsRetryable.
 func (s *retrySource) timeout(off int64, attempts int, start time.Time, err, lastErr error) error {
 	s.timeouts.Add(1)
 	last := lastErr
 	if last == nil {
 		last = err
 	}
+	msg := fmt.Sprintf("no success within %v: %d attempts in %v", s.deadline, attempts, time.Since(start).Round(time.Millisecond))
 	if last == nil {
-		return fmt.Errorf("read %s at %d: %w after %v (%d attempts)", s.src, off, ErrTimeout, time.Since(start).Round(time.Millisecond), attempts)
+		return fmt.Errorf("read %s at %d: %w: %s", s.src, off, ErrTimeout, msg)
 	}
-	// last is formatted with %v: it was transient, and the timeout must
-	// not look retryable to IsRetryable.
-	return fmt.Errorf("read %s at %d: %w after %v (%d attempts; last error: %v)", s.src, off, ErrTimeout, time.Since(start).Round(time.Millisecond), attempts, last)
+	return fmt.Errorf("read %s at %d: %w: %s; last error: %v", s.src, off, ErrTimeout, msg, last)
 }
 
 // withAttempts notes how many attempts a failed read made.
