@@ -32,6 +32,7 @@ type archive struct {
 	blocks *fetch.Blocks
 	ix     *index.Index
 	reader *index.Reader
+	log    *slog.Logger
 }
 
 func (a *archive) Close() {
@@ -39,6 +40,7 @@ func (a *archive) Close() {
 		a.reader.Close()
 	}
 	a.blocks.Close()
+	logRetries(a.log, a.src)
 	a.src.Close()
 }
 
@@ -53,11 +55,11 @@ func cachePath(dir, url string, id fetch.Identity) string {
 // one in the cache directory, else it builds one in a single streamed pass
 // and saves it.
 func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (*archive, error) {
-	src, err := fetch.Open(ctx, url, fetch.Options{Logger: log})
+	src, err := openSource(ctx, url, c, log)
 	if err != nil {
 		return nil, err
 	}
-	a := &archive{src: src}
+	a := &archive{src: src, log: log}
 	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log})
 	id := src.Identity()
 	cached := cachePath(c.cacheDir, src.String(), id)

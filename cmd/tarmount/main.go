@@ -58,6 +58,7 @@ type config struct {
 	workers   int
 	cacheMem  int64
 	mountName string
+	retry     retryConfig
 }
 
 func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
@@ -71,6 +72,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
+	c.retry.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
