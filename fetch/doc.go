@@ -27,7 +27,9 @@
 //	0            BlockSize     2*BlockSize         k*BlockSize     Size
 //	|-- block 0 --|-- block 1 --|-- ... --|          |-- block k --|
 //
-// Errors: ErrNotFound, ErrChanged, ErrNoRange and ErrClosed are sentinels
-// to test with errors.Is; IsRetryable tells transient failures (5xx, 429,
-// cut connections) from permanent ones. Nothing in this package retries.
+// Errors: ErrNotFound, ErrChanged, ErrNoRange, ErrClosed and ErrTimeout
+// are sentinels to test with errors.Is; IsRetryable tells transient
+// failures (5xx, 429, cut connections) from permanent ones. Sources and
+// Blocks do not retry: WithRetry wraps a Source with retries, resumed
+// ranges, a stall watchdog and a bounded time per read.
 package fetch

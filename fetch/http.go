@@ -194,6 +194,8 @@ func (s *httpSource) ReadAt(ctx context.Context, p []byte, off int64) (int, erro
 
 func (s *httpSource) readRange(ctx context.Context, p []byte, off int64) (int, error) {
 	last := off + int64(len(p)) - 1
+	m := meterFrom(ctx) // the stall watchdog's, if any
+	m.arm()
 	req, err := s.newRequest(ctx, http.MethodGet)
 	if err != nil {
 		return 0, err
@@ -228,7 +230,7 @@ func (s *httpSource) readRange(ctx context.Context, p []byte, off int64) (int, e
 	if cr.first != off || cr.last != last {
 		return 0, fmt.Errorf("got Content-Range %q for %s", crh, rangeHeader(off, last))
 	}
-	n, err := io.ReadFull(resp.Body, p)
+	n, err := io.ReadFull(m.reader(resp.Body), p)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return n, fmt.Errorf("body ended after %d of %d bytes: %w", n, len(p), io.ErrUnexpectedEOF)
@@ -284,7 +286,8 @@ func statusError(resp *http.Response) error {
 	case http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
 		return fmt.Errorf("%w (%s)", ErrChanged, resp.Status)
 	}
-	return &StatusError{Code: resp.StatusCode, Status: resp.Status}
+	return &StatusError{Code: resp.StatusCode, Status: resp.Status,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 }
 
 // drainClose reads what is left of a short body and closes it, so that

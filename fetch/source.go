@@ -37,8 +37,9 @@ var (
 // StatusError is an HTTP reply with an unexpected status code. 404, 410,
 // 412 and 416 never produce it: they map to ErrNotFound and ErrChanged.
 type StatusError struct {
-	Code   int    // e.g. 503
-	Status string // e.g. "503 Service Unavailable"
+	Code       int           // e.g. 503
+	Status     string        // e.g. "503 Service Unavailable"
+	RetryAfter time.Duration // the server's Retry-After, 0 if none
 }
 
 func (e *StatusError) Error() string {
@@ -162,7 +163,9 @@ func (id Identity) String() string {
 type Source interface {
 	// ReadAt reads len(p) bytes at off, like io.ReaderAt (n < len(p) only
 	// with an error; io.EOF at the end of the object). It writes only into
-	// p and does not keep p after it returns.
+	// p and does not keep p after it returns. Whatever the error, p[:n]
+	// holds the object's bytes at off: WithRetry keeps them and asks only
+	// for the rest (a source that cannot vouch for them returns n = 0).
 	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 	// Identity returns the identity pinned at Open.
 	Identity() Identity

@@ -49,6 +49,7 @@ func (a *archive) Close(log *slog.Logger) {
 	if a.disk != nil {
 		a.disk.Close()
 	}
+	logRetries(log, a.src)
 	a.src.Close()
 }
 
@@ -63,14 +64,7 @@ func cachePath(dir, url string, id fetch.Identity) string {
 // one in the cache directory, else it builds one in a single streamed pass
 // and saves it.
 func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (*archive, error) {
-	src, err := fetch.Open(ctx, url, fetch.Options{
-		Logger:        log,
-		Header:        c.headers.h,
-		Region:        c.s3.region,
-		EndpointURL:   c.s3.endpointURL,
-		Profile:       c.s3.profile,
-		NoSignRequest: c.s3.noSignRequest,
-	})
+	src, err := openSource(ctx, url, c, log)
 	if err != nil {
 		return nil, err
 	}

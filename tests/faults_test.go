@@ -1,0 +1,386 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/tests/corpus"
+)
+
+// faultMode is what a faultHandler does with requests.
+type faultMode int32
+
+const (
+	modeClean faultMode = iota // pass everything through
+	modeFlaky                  // 5% of ranged GETs answered 503, 3% cut in the middle of the body
+	modeFail                   // 500 for every request
+	modeHang                   // no answer at all until the client leaves
+)
+
+// forced faults go first in modeFlaky, whatever the draw.
+type forcedFault int
+
+const (
+	force503 forcedFault = iota
+	forceCut
+)
+
+// faultHandler wraps a handler and injects faults. The identity probe
+// (Range: bytes=0-0) of a mount is never harmed in modeFlaky.
+type faultHandler struct {
+	next    http.Handler
+	mode    atomic.Int32
+	release chan struct{} // closed at cleanup: hung requests return
+
+	injected503, injectedCuts atomic.Int64
+
+	mu sync.Mutex
+	// guarded by mu
+	rng    *rand.Rand
+	forced []forcedFault
+}
+
+func newFaultHandler(next http.Handler) *faultHandler {
+	return &faultHandler{next: next, release: make(chan struct{}), rng: rand.New(rand.NewPCG(3, 4))}
+}
+
+func (h *faultHandler) setMode(m faultMode) { h.mode.Store(int32(m)) }
+
+// force makes the next ranged GETs in modeFlaky fail as listed.
+func (h *faultHandler) force(f ...forcedFault) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.forced = append(h.forced, f...)
+}
+
+// draw picks the fault of one ranged GET in modeFlaky.
+func (h *faultHandler) draw() (is503, cut bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.forced) > 0 {
+		f := h.forced[0]
+		h.forced = h.forced[1:]
+		return f == force503, f == forceCut
+	}
+	x := h.rng.Float64()
+	return x < 0.05, x >= 0.05 && x < 0.08
+}
+
+func (h *faultHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch faultMode(h.mode.Load()) {
+	case modeFail:
+		http.Error(w, "broken", http.StatusInternalServerError)
+		return
+	case modeHang:
+		select {
+		case <-r.Context().Done():
+		case <-h.release:
+		}
+		return
+	case modeFlaky:
+		if rng := r.Header.Get("Range"); rng != "" && rng != "bytes=0-0" {
+			is503, cut := h.draw()
+			switch {
+			case is503:
+				h.injected503.Add(1)
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+				return
+			case cut:
+				w = &cutWriter{ResponseWriter: w, h: h}
+			}
+		}
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// cutWriter passes a 206 reply through until a random point of its body,
+// then closes the connection.
+type cutWriter struct {
+	http.ResponseWriter
+	h      *faultHandler
+	armed  bool // a 206 with a body: cut it
+	at     int  // body bytes to send before the cut
+	sent   int
+	closed bool
+}
+
+var errCut = errors.New("connection cut by the test")
+
+func (w *cutWriter) WriteHeader(code int) {
+	if cl, err := strconv.Atoi(w.Header().Get("Content-Length")); err == nil && code == http.StatusPartialContent && cl > 1 {
+		w.h.mu.Lock()
+		w.at = w.h.rng.IntN(cl)
+		w.h.mu.Unlock()
+		w.armed = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *cutWriter) Write(p []byte) (int, error) {
+	switch {
+	case w.closed:
+		return 0, errCut
+	case !w.armed || w.sent+len(p) <= w.at:
+		n, err := w.ResponseWriter.Write(p)
+		w.sent += n
+		return n, err
+	}
+	n, _ := w.ResponseWriter.Write(p[:w.at-w.sent])
+	w.sent += n
+	rc := http.NewResponseController(w.ResponseWriter)
+	rc.Flush()
+	if conn, _, err := rc.Hijack(); err == nil {
+		conn.Close()
+	}
+	w.closed = true
+	w.h.injectedCuts.Add(1)
+	return n, errCut
+}
+
+// serveFaulty serves dir through a faultHandler on 127.0.0.1.
+func serveFaulty(t *testing.T, dir string) (string, *faultHandler) {
+	t.Helper()
+	inner := shaped.NewHandler(dir, shaped.Options{})
+	h := newFaultHandler(inner)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		inner.Close()
+	})
+	t.Cleanup(func() { close(h.release) }) // before srv.Close: hung requests return
+	return srv.URL, h
+}
+
+// readAll reads every regular file below dir and calls check with its
+// path relative to dir and what the read returned.
+func readAll(t *testing.T, dir string, check func(rel string, data []byte, err error)) {
+	t.Helper()
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		data, err := os.ReadFile(p)
+		check(rel, data, err)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readWithin runs read in a goroutine and fails the test if it does not
+// return within limit: a hang must not hang the test too.
+func readWithin(t *testing.T, limit time.Duration, read func() error) (time.Duration, error) {
+	t.Helper()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- read() }()
+	select {
+	case err := <-done:
+		return time.Since(start), err
+	case <-time.After(limit):
+		t.Fatalf("read still blocked after %v", limit)
+		return 0, nil
+	}
+}
+
+// readDirect reads the first 4 KiB of path with O_DIRECT, so that exactly
+// one read reaches tarmount, with no page-cache readahead before it.
+func readDirect(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := alignedBuffer(4096)
+	n, err := f.ReadAt(buf, 0)
+	if err == io.EOF {
+		err = nil
+	}
+	return buf[:n], err
+}
+
+// TestMountFaults serves a .tar.gz through a server that fails, cuts and
+// hangs, and checks that the mount never returns wrong bytes and never
+// hangs: reads through 503s and cut connections return the exact bytes; a
+// dead or silent server makes a read fail with EIO within --read-timeout;
+// the mount works again once the server recovers; and an archive replaced
+// while mounted makes reads of spans not yet cached fail, never return
+// bytes of the new archive.
+func TestMountFaults(t *testing.T) {
+	needFUSE(t)
+	f := newFixture(t, corpus.TreeOptions{}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	base, h := serveFaulty(t, filepath.Dir(f.archive))
+	url := base + "/" + filepath.Base(f.archive)
+	cache := filepath.Join(f.work, "cache")
+	const readTimeout = 3 * time.Second
+	args := []string{"--cache-dir", cache, "--read-timeout", readTimeout.String()}
+
+	want := func(rel string) []byte {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(f.src, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	readme := corpus.PathReadme
+
+	// 1. The index pass, then reads of every file, through 503s and cuts.
+	// Small spans make many range requests; the second mount loads the
+	// saved index, so that its reads fetch spans instead of finding them
+	// in the block cache of the index pass.
+	h.setMode(modeFlaky)
+	h.force(force503, forceCut)
+	first := mount(t, url, append(args, "--span", "262144")...)
+	if !strings.Contains(first.stderr.String(), "msg=indexing") {
+		t.Fatalf("first mount did not index:\n%s", first.stderr)
+	}
+	first.stop(t)
+
+	h.force(force503, forceCut, forceCut)
+	m := mount(t, url, args...)
+	files := 0
+	readAll(t, m.dir, func(rel string, data []byte, err error) {
+		files++
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+		} else if !bytes.Equal(data, want(rel)) {
+			t.Errorf("%s: wrong bytes through faults", rel)
+		}
+	})
+	if files < 10 {
+		t.Fatalf("read only %d files", files)
+	}
+	m.stop(t)
+	if !strings.Contains(m.stderr.String(), "msg=retry") {
+		t.Errorf("no retry logged although faults were injected:\n%s", m.stderr)
+	}
+	t.Logf("injected %d 503s and %d cuts over %d files", h.injected503.Load(), h.injectedCuts.Load(), files)
+
+	// 2. A dead server, then a silent one: EIO within the read timeout.
+	// 3. The server recovers: the same file reads (failed spans are not
+	// cached).
+	h.setMode(modeClean)
+	m = mount(t, url, args...)
+	readmePath := filepath.Join(m.dir, readme)
+	bound := readTimeout + 10*time.Second // slack for a loaded machine and the race detector
+	for _, mode := range []faultMode{modeFail, modeHang} {
+		h.setMode(mode)
+		elapsed, err := readWithin(t, time.Minute, func() error {
+			_, err := readDirect(readmePath)
+			return err
+		})
+		if !errors.Is(err, syscall.EIO) {
+			t.Errorf("mode %d: O_DIRECT read: got %v, want EIO", mode, err)
+		}
+		if elapsed > bound {
+			t.Errorf("mode %d: EIO after %v, want within --read-timeout %v (+ slack)", mode, elapsed, readTimeout)
+		}
+		// A buffered read may reach tarmount more than once (readahead,
+		// then the page itself); it fails too, and does not hang.
+		_, err = readWithin(t, time.Minute, func() error {
+			_, err := os.ReadFile(readmePath)
+			return err
+		})
+		if !errors.Is(err, syscall.EIO) {
+			t.Errorf("mode %d: buffered read: got %v, want EIO", mode, err)
+		}
+		t.Logf("mode %d: EIO after %v", mode, elapsed)
+	}
+	h.setMode(modeClean)
+	got, err := readDirect(readmePath)
+	if err != nil {
+		t.Fatalf("read after the server recovered: %v", err)
+	}
+	if w := want(readme); !bytes.Equal(got, w[:min(len(w), len(got))]) || len(got) != min(len(w), 4096) {
+		t.Error("read after the server recovered: wrong bytes")
+	}
+	readAll(t, m.dir, func(rel string, data []byte, err error) {
+		if err != nil {
+			t.Errorf("%s after the server recovered: %v", rel, err)
+		} else if !bytes.Equal(data, want(rel)) {
+			t.Errorf("%s after the server recovered: wrong bytes", rel)
+		}
+	})
+	m.stop(t)
+	if !regexp.MustCompile(`msg="fetch retries" .* timeouts=[1-9]`).MatchString(m.stderr.String()) {
+		t.Errorf("no read timed out while the server hung:\n%s", m.stderr)
+	}
+
+	// 4. The archive is replaced while mounted (new content, new ETag):
+	// spans cached before still read; the others fail with EIO or ESTALE
+	// and never return bytes of the new archive.
+	m = mount(t, url, args...)
+	if got, err := os.ReadFile(filepath.Join(m.dir, readme)); err != nil || !bytes.Equal(got, want(readme)) {
+		t.Fatalf("read before the replacement: %v", err)
+	}
+	replaceArchive(t, f.archive)
+	failed := 0
+	readAll(t, m.dir, func(rel string, data []byte, err error) {
+		switch {
+		case err != nil && (errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ESTALE)):
+			failed++
+		case err != nil:
+			t.Errorf("%s after the replacement: got %v, want EIO or ESTALE", rel, err)
+		case !bytes.Equal(data, want(rel)):
+			t.Errorf("%s after the replacement: bytes that are not the first archive's", rel)
+		}
+	})
+	if failed == 0 {
+		t.Error("no read failed after the archive was replaced")
+	}
+	m.stop(t)
+	log := m.stderr.String()
+	if !strings.Contains(log, "source changed") {
+		t.Errorf("no error names the changed source:\n%s", log)
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "msg=retry") && strings.Contains(line, "changed") {
+			t.Errorf("a changed source was retried: %s", line)
+		}
+	}
+}
+
+// replaceArchive overwrites the archive with different bytes of the same
+// size and a later mtime, so that the server sends a new ETag.
+func replaceArchive(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range data {
+		data[i] ^= 0xff
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(tmp, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
