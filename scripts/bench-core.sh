@@ -351,7 +351,9 @@ start_mount() {
 	case $tool in
 	tarmount)
 		T_START=$EPOCHREALTIME
-		"$TM" "$src" "$mnt" --cache-dir "$cache" >"$log" 2>&1 &
+		# No disk cache: each run's reads must be cold, not served from the
+		# blocks an earlier run kept on disk.
+		"$TM" "$src" "$mnt" --cache-dir "$cache" --cache-disk 0 >"$log" 2>&1 &
 		;;
 	ratarmount)
 		T_START=$EPOCHREALTIME

@@ -233,7 +233,9 @@ func TestMountFaults(t *testing.T) {
 	url := base + "/" + filepath.Base(f.archive)
 	cache := filepath.Join(f.work, "cache")
 	const readTimeout = 3 * time.Second
-	args := []string{"--cache-dir", cache, "--read-timeout", readTimeout.String()}
+	// No disk cache: every mount must read through the faulty server, not
+	// from the blocks an earlier mount kept.
+	args := []string{"--cache-dir", cache, "--cache-disk", "0", "--read-timeout", readTimeout.String()}
 
 	want := func(rel string) []byte {
 		t.Helper()
