@@ -78,6 +78,32 @@ type RetryOptions struct {
 	Logger                  *slog.Logger // Warn per retry; nil = discard
 }
 
+// OpenWithRetry is Open with the retry policy of opts: the request that
+// pins the object's identity is retried like a read when it fails
+// transiently (a 503 at mount time, a connection reset), with backoff,
+// within opts.Deadline. The Source it returns retries its reads too
+// (WithRetry).
+func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts RetryOptions) (Source, error) {
+	r := newRetrySource(nil, ropts)
+	ctx, cancel := context.WithTimeout(ctx, r.deadline)
+	defer cancel()
+	for failures := 1; ; failures++ {
+		src, err := Open(ctx, rawURL, opts)
+		if err == nil {
+			r.src = src
+			return r, nil
+		}
+		if !IsRetryable(err) || failures >= r.maxAttempts || ctx.Err() != nil {
+			return nil, err
+		}
+		d := r.backoff(failures, err)
+		r.log.Warn("open failed, retrying", "src", rawURL, "attempt", failures, "err", err, "delay", d)
+		if err := sleep(ctx, d); err != nil {
+			return nil, fmt.Errorf("open %s: %w after %d attempts", rawURL, ErrTimeout, failures)
+		}
+	}
+}
+
 // RetryStats are the counters of a source made by WithRetry since it was
 // made. Each is read atomically.
 type RetryStats struct {
@@ -125,7 +151,10 @@ var _ Source = (*retrySource)(nil)
 //	RetryStats() RetryStats
 //
 // It is safe for concurrent use, and Close closes src.
-func WithRetry(src Source, opts RetryOptions) Source {
+func WithRetry(src Source, opts RetryOptions) Source { return newRetrySource(src, opts) }
+
+// newRetrySource applies the defaults of opts.
+func newRetrySource(src Source, opts RetryOptions) *retrySource {
 	s := &retrySource{
 		src:         src,
 		maxAttempts: opts.MaxAttempts,

@@ -318,6 +318,8 @@ func (s *s3Source) ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 
 func (s *s3Source) readRange(ctx context.Context, p []byte, off int64) (int, error) {
 	last := off + int64(len(p)) - 1
+	m := meterFrom(ctx) // the stall watchdog's, if any
+	m.arm()
 	rng := rangeHeader(off, last)
 	in := &s3.GetObjectInput{Bucket: &s.bucket, Key: &s.key, Range: &rng}
 	if s.id.VersionID != "" {
@@ -350,7 +352,7 @@ func (s *s3Source) readRange(ctx context.Context, p []byte, off int64) (int, err
 	if cr.first != off || cr.last != last {
 		return 0, fmt.Errorf("got Content-Range %q for %s", crh, rng)
 	}
-	n, err := io.ReadFull(out.Body, p)
+	n, err := io.ReadFull(m.reader(out.Body), p)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return n, fmt.Errorf("body ended after %d of %d bytes: %w", n, len(p), io.ErrUnexpectedEOF)

@@ -68,18 +68,14 @@ func (r *retryConfig) options(log *slog.Logger) fetch.RetryOptions {
 // the index pass and span reads all see a source whose reads are retried
 // and bounded in time.
 func openSource(ctx context.Context, url string, c *config, log *slog.Logger) (fetch.Source, error) {
-	src, err := fetch.Open(ctx, url, fetch.Options{
+	return fetch.OpenWithRetry(ctx, url, fetch.Options{
 		Logger:        log,
 		Header:        c.headers.h,
 		Region:        c.s3.region,
 		EndpointURL:   c.s3.endpointURL,
 		Profile:       c.s3.profile,
 		NoSignRequest: c.s3.noSignRequest,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return fetch.WithRetry(src, c.retry.options(log)), nil
+	}, c.retry.options(log))
 }
 
 // logRetries logs at Info what retries did during the life of src, if
