@@ -51,17 +51,20 @@ type httpSource struct {
 	// else If-Unmodified-Since when Last-Modified is known.
 	condKey, condValue string
 	log                *slog.Logger
+	copyDir            string // Options.CopyDir
+	copyPath           string // set by probe when the server ignores ranges
 }
 
 var _ Source = (*httpSource)(nil)
 
 func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (Source, error) {
 	s := &httpSource{
-		client: opts.Client,
-		url:    u.String(),
-		name:   redactURL(u),
-		header: opts.Header.Clone(),
-		log:    log,
+		client:  opts.Client,
+		url:     u.String(),
+		name:    redactURL(u),
+		header:  opts.Header.Clone(),
+		log:     log,
+		copyDir: opts.CopyDir,
 	}
 	if s.client == nil {
 		s.client = defaultClient()
@@ -71,6 +74,9 @@ func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (
 		return nil, fmt.Errorf("open %s: %w", s.name, err)
 	}
 	s.id = id
+	if s.copyPath != "" {
+		return openCopy(ctx, s.copyPath, id, s.name, s.log)
+	}
 	switch {
 	case id.ETag != "" && !strings.HasPrefix(id.ETag, "W/"):
 		s.condKey, s.condValue = "If-Match", id.ETag
@@ -111,10 +117,19 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 			return Identity{}, fmt.Errorf("%w (Accept-Ranges: none)", ErrNoRange)
 		}
 		if resp.ContentLength >= 0 {
+			id.Size = resp.ContentLength
+			if s.copyDir != "" {
+				// The reply is the whole object: keep it, once.
+				path, err := s.keepCopy(resp, id)
+				if err != nil {
+					return Identity{}, err
+				}
+				s.copyPath = path
+				return id, nil
+			}
 			// Some caches answer 200 until they hold the object; range
 			// requests may work later. If not, reads fail with ErrNoRange.
 			s.log.Debug("probe got 200 to a range request", "src", s.name)
-			id.Size = resp.ContentLength
 			return id, nil
 		}
 	case http.StatusRequestedRangeNotSatisfiable:

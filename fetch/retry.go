@@ -81,12 +81,13 @@ type RetryOptions struct {
 // OpenWithRetry is Open with the retry policy of opts: the request that
 // pins the object's identity is retried like a read when it fails
 // transiently (a 503 at mount time, a connection reset), with backoff,
-// within opts.Deadline. The Source it returns retries its reads too
+// until opts.Deadline has passed. An open in progress is not cut short by
+// it: it may be downloading a whole object whose server ignores ranges
+// (Options.CopyDir). The Source it returns retries its reads too
 // (WithRetry).
 func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts RetryOptions) (Source, error) {
 	r := newRetrySource(nil, ropts)
-	ctx, cancel := context.WithTimeout(ctx, r.deadline)
-	defer cancel()
+	start := time.Now()
 	for failures := 1; ; failures++ {
 		src, err := Open(ctx, rawURL, opts)
 		if err == nil {
@@ -97,9 +98,12 @@ func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts Retry
 			return nil, err
 		}
 		d := r.backoff(failures, err)
+		if time.Since(start)+d > r.deadline {
+			return nil, fmt.Errorf("%w after %d attempts in %v: %v", ErrTimeout, failures, r.deadline, err)
+		}
 		r.log.Warn("open failed, retrying", "src", rawURL, "attempt", failures, "err", err, "delay", d)
 		if err := sleep(ctx, d); err != nil {
-			return nil, fmt.Errorf("open %s: %w after %d attempts", rawURL, ErrTimeout, failures)
+			return nil, err
 		}
 	}
 }

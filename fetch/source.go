@@ -203,6 +203,12 @@ type Options struct {
 	Profile string
 	// NoSignRequest sends S3 requests unsigned, for public buckets.
 	NoSignRequest bool
+	// CopyDir, if set, is where the whole object is kept when its HTTP
+	// server ignores range requests: the probe's reply is then the whole
+	// object, which is saved there once (keyed by identity, reused by
+	// later opens) and read as a local file. Empty: such a server makes
+	// reads fail with ErrNoRange.
+	CopyDir string
 }
 
 // Open parses rawURL, fetches the object's identity with one request and

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -526,4 +528,30 @@ func alignedBuffer(n int) []byte {
 	b := make([]byte, n+4096)
 	off := 4096 - int(uintptr(unsafe.Pointer(&b[0]))%4096)
 	return b[off%4096 : off%4096+n]
+}
+
+// TestNoRangeServer mounts an archive from a server that ignores Range
+// requests: tarmount keeps one whole copy under its cache directory, says
+// so, and the tree matches tar -x.
+func TestNoRangeServer(t *testing.T) {
+	needFUSE(t)
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	data, err := os.ReadFile(f.archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"whole"`)
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.Write(data) // 200 with the whole object, whatever the Range
+	}))
+	defer srv.Close()
+	ref := filepath.Join(f.work, "ref")
+	os.Mkdir(ref, 0o755)
+	corpus.Extract(t, f.archive, ref)
+	m := mount(t, srv.URL+"/a.tar.gz", "--cache-dir", filepath.Join(f.work, "cache"))
+	if !strings.Contains(m.stderr.String(), "ignores range requests") {
+		t.Errorf("no message about the server ignoring ranges:\n%s", m.stderr)
+	}
+	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 }

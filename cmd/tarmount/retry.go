@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -75,6 +76,7 @@ func openSource(ctx context.Context, url string, c *config, log *slog.Logger) (f
 		EndpointURL:   c.s3.endpointURL,
 		Profile:       c.s3.profile,
 		NoSignRequest: c.s3.noSignRequest,
+		CopyDir:       filepath.Join(c.cacheDir, "objects"),
 	}, c.retry.options(log))
 }
 
