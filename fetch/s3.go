@@ -296,24 +296,7 @@ func (s *s3Source) explainHead(ctx context.Context, err error) error {
 // IfMatch with its ETag). Bytes reach p only from a reply whose
 // Content-Range, size, ETag and version match the pinned identity.
 func (s *s3Source) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("read %s at %d: negative offset", s.name, off)
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if off >= s.id.Size {
-		return 0, io.EOF
-	}
-	want := int(min(int64(len(p)), s.id.Size-off))
-	n, err := s.readRange(ctx, p[:want], off)
-	if err != nil {
-		return n, fmt.Errorf("read %s at %d: %w", s.name, off, err)
-	}
-	if want < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
+	return readRanged(ctx, p, off, s.id.Size, s.name, s.readRange)
 }
 
 func (s *s3Source) readRange(ctx context.Context, p []byte, off int64) (int, error) {

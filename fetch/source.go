@@ -296,3 +296,29 @@ func redactURL(u *url.URL) string {
 	r.RawFragment = ""
 	return r.String()
 }
+
+// readRanged gives a source that fetches exact ranges the io.ReaderAt
+// behaviour of Source.ReadAt: p is clamped to the object's size, and a read
+// that reaches its end returns io.EOF. readRange fetches exactly len(p)
+// bytes at off, all within the object.
+func readRanged(ctx context.Context, p []byte, off, size int64, name string,
+	readRange func(ctx context.Context, p []byte, off int64) (int, error)) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s at %d: negative offset", name, off)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if off >= size {
+		return 0, io.EOF
+	}
+	want := int(min(int64(len(p)), size-off))
+	n, err := readRange(ctx, p[:want], off)
+	if err != nil {
+		return n, fmt.Errorf("read %s at %d: %w", name, off, err)
+	}
+	if want < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
