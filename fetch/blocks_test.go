@@ -517,4 +517,14 @@ func TestBlocksReadCached(t *testing.T) {
 	if !b.ReadCached(p, 0) || !bytes.Equal(p, data) {
 		t.Error("ReadCached after a full stream: miss or wrong bytes")
 	}
+	// Exact ranges (gzip spans) read through Ranges come from the blocks
+	// the stream brought in, with no request to the source.
+	before := len(src.reads())
+	span := make([]byte, 2500)
+	if n, err := b.Ranges().ReadAt(context.Background(), span, 3333); err != nil || n != len(span) || !bytes.Equal(span, data[3333:3333+2500]) {
+		t.Errorf("Ranges().ReadAt of a cached range: n %d, err %v, equal %v", n, err, bytes.Equal(span, data[3333:3333+2500]))
+	}
+	if got := len(src.reads()); got != before {
+		t.Errorf("Ranges().ReadAt of a cached range made %d source reads, want 0", got-before)
+	}
 }

@@ -540,36 +540,6 @@ func headerFor(name string, flag byte, mode, mtime int64, xattrs map[string]stri
 	return h
 }
 
-// memCache serves every range of an object from memory, as fetch.Blocks
-// does for ranges it holds.
-type memCache struct{ data []byte }
-
-func (m memCache) ReadCached(p []byte, off int64) bool {
-	if off < 0 || off+int64(len(p)) > int64(len(m.data)) {
-		return false
-	}
-	copy(p, m.data[off:])
-	return true
-}
-
-// TestSpanFromCache checks that a span whose compressed bytes are cached is
-// decoded without a request to the source.
-func TestSpanFromCache(t *testing.T) {
-	data := randomData(11, 2<<20)
-	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
-	ix := build(t, obj, 256<<10)
-	src := &memSource{data: obj}
-	r := NewReader(ix, src, ReaderOptions{Cache: memCache{obj}})
-	defer r.Close()
-	id, _ := ix.LookupPath("f")
-	if got := readAll(t, r, id); !bytes.Equal(got, data) {
-		t.Fatal("content differs")
-	}
-	if n := src.requests.Load(); n != 0 {
-		t.Errorf("got %d source requests, want 0", n)
-	}
-}
-
 // TestReadahead checks that reading two spans in order starts decoding the
 // next ones, and that a random read does not.
 func TestReadahead(t *testing.T) {

@@ -26,17 +26,8 @@ type Source interface {
 // DefaultSpanCacheBytes bounds the decoded spans a Reader keeps.
 const DefaultSpanCacheBytes = 256 << 20
 
-// CachedReader serves ranges that are already in memory without fetching.
-// fetch.Blocks implements it.
-type CachedReader interface {
-	ReadCached(p []byte, off int64) bool
-}
-
 // ReaderOptions tune a Reader.
 type ReaderOptions struct {
-	// Cache, if set, is asked first for a span's compressed bytes: after
-	// the index pass it often still holds them.
-	Cache CachedReader
 	// CacheBytes bounds the decoded spans kept in memory
 	// (DefaultSpanCacheBytes when zero). At least two spans are kept.
 	CacheBytes int64
@@ -55,7 +46,6 @@ type Reader struct {
 	*Index
 	// set once
 	src    Source
-	cache  CachedReader
 	log    *slog.Logger
 	limit  int64              // bytes of decoded spans kept
 	ahead  int                // spans decoded ahead of a sequential reader
@@ -128,7 +118,6 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	r := &Reader{
 		Index:  ix,
 		src:    src,
-		cache:  opts.Cache,
 		log:    log,
 		ctx:    ctx,
 		cancel: cancel,
@@ -404,11 +393,9 @@ func (r *Reader) decodeSpan(ctx context.Context, i int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: span %d has no compressed bytes", ErrCorrupt, i)
 	}
 	comp := make([]byte, compEnd-int64(cp.In))
-	if r.cache == nil || !r.cache.ReadCached(comp, int64(cp.In)) {
-		n, err := r.src.ReadAt(ctx, comp, int64(cp.In))
-		if err != nil && !(err == io.EOF && n == len(comp)) {
-			return nil, fmt.Errorf("fetch span %d: %w", i, err)
-		}
+	n, err := r.src.ReadAt(ctx, comp, int64(cp.In))
+	if err != nil && !(err == io.EOF && n == len(comp)) {
+		return nil, fmt.Errorf("fetch span %d: %w", i, err)
 	}
 	window, err := decompressWindow(cp.window)
 	if err != nil {

@@ -111,7 +111,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	if a.ix.Codec != index.CodecNone {
 		rs = a.blocks.Ranges()
 	}
-	a.reader = index.NewReader(a.ix, rs, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Cache: a.blocks, Readahead: c.readahead, Logger: log})
+	a.reader = index.NewReader(a.ix, rs, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Readahead: c.readahead, Logger: log})
 	return a, nil
 }
 
