@@ -99,14 +99,7 @@ func unmountAndWait(t *testing.T, mp string, server *fuse.Server) {
 	if server == nil {
 		return
 	}
-	done := make(chan struct{})
-	go func() {
-		server.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	if !serverDone(server, 10*time.Second) {
 		t.Errorf("cleanup: server still running 10s after unmount")
 	}
 }
@@ -593,14 +586,7 @@ func TestUnmountBusy(t *testing.T) {
 	}
 	// Closing the last file releases the mount and ends the server.
 	f.Close()
-	done := make(chan struct{})
-	go func() {
-		server.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	if !serverDone(server, 10*time.Second) {
 		t.Fatal("server still running 10s after the last file was closed")
 	}
 	if err := Unmount(mp); !errors.Is(err, ErrNotMounted) {
@@ -616,14 +602,7 @@ func TestUnmountClean(t *testing.T) {
 	if err := Unmount(mp); err != nil {
 		t.Fatalf("Unmount: got %v, want success", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		server.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	if !serverDone(server, 10*time.Second) {
 		t.Fatal("server still running 10s after Unmount")
 	}
 	if des, err := os.ReadDir(mp); err != nil || len(des) != 0 {
@@ -744,5 +723,21 @@ func TestMountDebugLog(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("log: got %q, want %q in it", log, want)
 		}
+	}
+}
+
+// serverDone waits up to d for server to stop serving and reports whether
+// it did.
+func serverDone(server *fuse.Server, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		server.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
 	}
 }

@@ -174,12 +174,32 @@ func writeTar(srcDir, tarPath string, spec Spec) error {
 // standard error or a non-zero exit is an error: tar's warnings (a file it
 // could not store whole) matter here.
 func run(outPath, name string, args ...string) error {
+	return runCmd("", outPath, true, name, args...)
+}
+
+// compressCLI runs a compressor from inPath to outPath.
+func compressCLI(inPath, outPath, name string, args ...string) error {
+	return runCmd(inPath, outPath, false, name, args...)
+}
+
+// runCmd runs name with standard input from inPath (none if empty) and
+// standard output to outPath. A non-zero exit is an error, and so is
+// anything on standard error when warnings is set.
+func runCmd(inPath, outPath string, warnings bool, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	if inPath != "" {
+		in, err := os.Open(inPath)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		cmd.Stdin = in
+	}
 	out, err := os.Create(outPath)
 	if err != nil {
 		return err
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
 	cmd.Stdout = out
 	cmd.Stderr = &stderr
 	err = cmd.Run()
@@ -189,33 +209,8 @@ func run(outPath, name string, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	if stderr.Len() > 0 {
+	if warnings && stderr.Len() > 0 {
 		return fmt.Errorf("%s %s: warnings: %s", name, strings.Join(args, " "), strings.TrimSpace(stderr.String()))
-	}
-	return nil
-}
-
-func compressCLI(inPath, outPath, name string, args ...string) error {
-	in, err := os.Open(inPath)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(outPath)
-	if err != nil {
-		return err
-	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stdin = in
-	cmd.Stdout = out
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
