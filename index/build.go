@@ -397,7 +397,7 @@ func (b *builder) add(h *tarscan.Header) error {
 		return nil
 	}
 	if len(b.entries) >= maxEntries {
-		return errTooManyEntrys
+		return errTooManyEntries
 	}
 	if h.Typeflag == tarscan.TypeLink {
 		return b.addLink(name, h)

@@ -24,7 +24,7 @@ var (
 	ErrUnsupported   = errors.New("index: unsupported archive format")
 	ErrNotFound      = errors.New("index: no such entry")
 	ErrNotRegular    = errors.New("index: not a regular file")
-	errTooManyEntrys = errors.New("index: too many entries")
+	errTooManyEntries = errors.New("index: too many entries")
 )
 
 // Codec is the compression of the archive as stored.
