@@ -130,6 +130,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 		ix.TarSize = gz.Offset()
 		ix.Digests = append(ix.Digests, hash.Sum64())
+		if gz.Trailing() {
+			log.Warn("data after the last gzip member ignored, as gzip -d does")
+		}
 	default:
 		ix.TarSize = id.Size
 	}
