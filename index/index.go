@@ -17,13 +17,13 @@ import (
 
 // Errors of this package.
 var (
-	ErrCorrupt       = errors.New("index: archive data does not match its index")
-	ErrBadIndex      = errors.New("index: invalid index file")
-	ErrVersion       = errors.New("index: unsupported index format version")
-	ErrIdentity      = errors.New("index: index was built for another version of the source")
-	ErrUnsupported   = errors.New("index: unsupported archive format")
-	ErrNotFound      = errors.New("index: no such entry")
-	ErrNotRegular    = errors.New("index: not a regular file")
+	ErrCorrupt        = errors.New("index: archive data does not match its index")
+	ErrBadIndex       = errors.New("index: invalid index file")
+	ErrVersion        = errors.New("index: unsupported index format version")
+	ErrIdentity       = errors.New("index: index was built for another version of the source")
+	ErrUnsupported    = errors.New("index: unsupported archive format")
+	ErrNotFound       = errors.New("index: no such entry")
+	ErrNotRegular     = errors.New("index: not a regular file")
 	errTooManyEntries = errors.New("index: too many entries")
 )
 

@@ -80,8 +80,9 @@ func plainSymbol(sym int, clen uint32) uint32 {
 }
 
 // buildTable fills table (reusing its storage) for the canonical Huffman
-// code with the given codeword lengths. Over-subscribed codes are rejected;
-// incomplete codes leave invalid entries that fail when decoded.
+// code with the given codeword lengths. Over-subscribed and incomplete
+// codes are rejected, but for an empty code and a single one-bit codeword,
+// whose unused entries fail when decoded.
 func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) ([]uint32, error) {
 	var count [maxCodeBits + 1]int
 	for _, l := range lengths {
@@ -93,6 +94,17 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		left <<= 1
 		left -= count[l]
 		if left < 0 {
+			return table, errBadCode
+		}
+	}
+	// Like zlib and Go's decoder, accept an incomplete code only when it
+	// is empty (no distance codes) or a single one-bit codeword.
+	if left > 0 {
+		codes := 0
+		for l := 1; l <= maxCodeBits; l++ {
+			codes += count[l]
+		}
+		if !(codes == 0 || codes == 1 && count[1] == 1) {
 			return table, errBadCode
 		}
 	}

@@ -854,7 +854,7 @@ func init() {
 	if fixedLit, err = buildTable(nil, lens[:], litPrimaryBits, litlenSymbol); err != nil {
 		panic(err)
 	}
-	var dl [30]uint8
+	var dl [32]uint8 // 30 and 31 are unused: distSymbol makes them invalid
 	for i := range dl {
 		dl[i] = 5
 	}
