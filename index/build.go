@@ -36,6 +36,12 @@ type BuildOptions struct {
 	// OnProgress, if set, is called now and then with the number of
 	// compressed bytes consumed.
 	OnProgress func(consumed int64)
+	// OnMember, if set, is called for every member in archive order,
+	// before it is added to the index, with a reader of its stored data
+	// (for a sparse file, its chunks back to back). The reader is valid
+	// only during the call; what is not read is skipped. An error ends
+	// the build. It lets one pass both index and extract an archive.
+	OnMember func(h *tarscan.Header, data io.Reader) error
 }
 
 // Build reads the whole archive from r, which yields the object as stored
@@ -116,6 +122,11 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 				return nil, fmt.Errorf("%w: gzip stream does not hold a tar archive", ErrUnsupported)
 			}
 			return nil, err
+		}
+		if opts.OnMember != nil {
+			if err := opts.OnMember(h, sc); err != nil {
+				return nil, err
+			}
 		}
 		if err := b.add(h); err != nil {
 			return nil, err

@@ -632,3 +632,63 @@ func TestReadahead(t *testing.T) {
 		t.Errorf("readahead off: spans %v, want [5 6]", got)
 	}
 }
+
+// TestBuildOnMember checks that one pass hands every member's data to
+// OnMember while it indexes, plain and compressed, reading some members
+// only in part.
+func TestBuildOnMember(t *testing.T) {
+	members := sampleMembers()
+	raw := tarBytes(t, members)
+	for _, tc := range []struct {
+		name string
+		obj  []byte
+	}{{"tar", raw}, {"gzip", gzipBytes(raw, 6)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var names []string
+			got := map[string][]byte{}
+			_, err := Build(context.Background(), bytes.NewReader(tc.obj), fetch.Identity{Size: int64(len(tc.obj))}, BuildOptions{
+				Span: 1 << 20,
+				OnMember: func(h *tarscan.Header, data io.Reader) error {
+					names = append(names, h.Name)
+					if h.Name == "other.bin" {
+						// Read a part only: the rest must be skipped.
+						b := make([]byte, 100)
+						_, err := io.ReadFull(data, b)
+						got[h.Name] = b
+						return err
+					}
+					b, err := io.ReadAll(data)
+					got[h.Name] = b
+					return err
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(names) != len(members) {
+				t.Fatalf("got %d members, want %d", len(names), len(members))
+			}
+			for i, m := range members {
+				want := m.data
+				if m.name == "other.bin" {
+					want = m.data[:100]
+				}
+				if names[i] != m.name || !bytes.Equal(got[m.name], want) && m.name != "dup" {
+					t.Fatalf("member %d: got %q (%d bytes), want %q (%d bytes)", i, names[i], len(got[m.name]), m.name, len(want))
+				}
+			}
+			if string(got["dup"]) != "second" {
+				t.Fatalf("dup: got %q, want the last member's data", got["dup"])
+			}
+		})
+	}
+	t.Run("error", func(t *testing.T) {
+		stop := errors.New("stop")
+		_, err := Build(context.Background(), bytes.NewReader(raw), fetch.Identity{Size: int64(len(raw))}, BuildOptions{
+			OnMember: func(*tarscan.Header, io.Reader) error { return stop },
+		})
+		if !errors.Is(err, stop) {
+			t.Fatalf("got %v, want the callback's error", err)
+		}
+	})
+}
