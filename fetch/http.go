@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -20,22 +19,6 @@ const (
 	maxDrainBytes = 64 << 10
 	userAgent     = "tarmount"
 )
-
-// defaultClient is shared by every source opened without Options.Client,
-// so that they share idle connections.
-var defaultClient = sync.OnceValue(func() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	// HTTP/1.1 only: parallel range requests then use separate TCP
-	// connections, which is what hides a per-connection bandwidth cap.
-	t.Protocols = new(http.Protocols)
-	t.Protocols.SetHTTP1(true)
-	t.ForceAttemptHTTP2 = false
-	t.MaxIdleConns = 256
-	t.MaxIdleConnsPerHost = 64
-	t.DisableCompression = true
-	t.ResponseHeaderTimeout = time.Minute
-	return &http.Client{Transport: t}
-})
 
 // httpSource reads ranges of an HTTP(S) object with conditional GETs.
 // Bytes come as stored: "Accept-Encoding: identity" is sent, so a
@@ -53,6 +36,7 @@ type httpSource struct {
 	log                *slog.Logger
 	copyDir            string // Options.CopyDir
 	copyPath           string // set by probe when the server ignores ranges
+	ownClient          bool   // client was made for this source: Close closes its connections
 }
 
 var _ Source = (*httpSource)(nil)
@@ -67,7 +51,12 @@ func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (
 		copyDir: opts.CopyDir,
 	}
 	if s.client == nil {
-		s.client = defaultClient()
+		conns := opts.Conns
+		if conns <= 0 {
+			conns = defaultConns
+		}
+		s.client = &http.Client{Transport: newSpreadTransport(baseTransport(), conns, opts.HTTP1)}
+		s.ownClient = true
 	}
 	id, err := s.probe(ctx)
 	if err != nil {
@@ -272,8 +261,14 @@ func (s *httpSource) Identity() Identity { return s.id }
 
 func (s *httpSource) String() string { return s.name }
 
-// Close does nothing: connections belong to the client.
-func (s *httpSource) Close() error { return nil }
+// Close closes the idle connections of a client made for this source;
+// connections of a client from Options are left to their owner.
+func (s *httpSource) Close() error {
+	if s.ownClient {
+		s.client.CloseIdleConnections()
+	}
+	return nil
+}
 
 // statusError maps an error status to ErrNotFound, ErrChanged or a
 // *StatusError.

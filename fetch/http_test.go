@@ -399,7 +399,7 @@ func TestHTTPConnectionReuse(t *testing.T) {
 	srv := newTestServer(t, o)
 	// A client of its own, so that idle connections of other tests do
 	// not count.
-	client := &http.Client{Transport: defaultClient().Transport.(*http.Transport).Clone()}
+	client := &http.Client{Transport: baseTransport().Clone()}
 	defer client.CloseIdleConnections()
 	src, err := Open(t.Context(), srv.URL+"/a.tar", Options{Client: client})
 	require.NoError(t, err)

@@ -175,18 +175,14 @@ func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 }
 
 // defaultS3Client is the SDK's buildable HTTP client with the transport
-// settings of defaultClient (HTTP/1.1 only, many idle connections per
-// host, no transparent decompression). It must stay the SDK's type: the
+// settings of baseTransport (many idle connections per host, no
+// transparent decompression), on HTTP/1.1, which is what S3 speaks. It must stay the SDK's type: the
 // SDK adds a custom CA bundle (AWS_CA_BUNDLE, ca_bundle in a profile) to
 // its transport, and refuses any other client when one is configured.
 var defaultS3Client = sync.OnceValue(func() *awshttp.BuildableClient {
 	return awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-		d, ok := defaultClient().Transport.(*http.Transport)
-		if !ok {
-			return
-		}
-		tr.Protocols = d.Protocols
-		tr.ForceAttemptHTTP2 = d.ForceAttemptHTTP2
+		d := baseTransport()
+		keepHTTP1(tr)
 		tr.MaxIdleConns = d.MaxIdleConns
 		tr.MaxIdleConnsPerHost = d.MaxIdleConnsPerHost
 		tr.DisableCompression = d.DisableCompression

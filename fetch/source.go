@@ -179,13 +179,22 @@ type Source interface {
 type Options struct {
 	Logger *slog.Logger // nil = discard
 	Header http.Header  // extra request headers (auth tokens); copied by Open
-	// Client sends HTTP requests; nil means a shared client tuned for many
-	// parallel range requests to one host (HTTP/1.1 only, so parallel
-	// requests use separate connections; keep-alive; 64 idle connections
-	// per host; no transparent decompression). S3 requests use it too;
-	// leave it nil there when a custom CA bundle is configured
+	// Client sends HTTP requests; nil means a client of the source's own
+	// that spreads requests over Conns connections and keeps them alive,
+	// with no transparent decompression. S3 requests use it too, or else a
+	// shared client with the same settings (HTTP/1.1, which is what S3
+	// speaks); leave it nil there when a custom CA bundle is configured
 	// (AWS_CA_BUNDLE), which the AWS SDK adds only to its own client.
 	Client *http.Client
+	// Conns is how many connections an HTTP(S) source's requests are
+	// spread over when the server speaks HTTP/2, which carries many
+	// requests on one connection; parallel range requests then get past a
+	// per-connection bandwidth cap, as they do over HTTP/1.1 with one
+	// connection each. Zero means 8, the default number of fetch workers.
+	Conns int
+	// HTTP1 keeps HTTP(S) sources on HTTP/1.1 even when the server offers
+	// HTTP/2, for proxies that handle HTTP/2 badly.
+	HTTP1 bool
 
 	// s3:// only. Credentials come from the standard AWS chain
 	// (environment, shared config and credentials files, web identity,

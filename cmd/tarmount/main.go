@@ -66,6 +66,7 @@ type config struct {
 	mountName string
 	readahead int
 	headers   headerFlag
+	http1     bool
 	blockSize int64
 	s3        s3Flags
 	retry     retryConfig
@@ -111,6 +112,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory")
 	fs.Var(&c.headers, "H", "extra HTTP request header 'Name: value' (repeatable), e.g. an auth token")
 	fs.Var(&c.headers, "header", "same as -H")
+	fs.BoolVar(&c.http1, "http1", false, "never use HTTP/2, even when the server offers it (default: HTTP/2 over TLS when offered, on as many connections as fetch workers)")
 	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
 	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts (0: none; local archives never)")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")

@@ -77,6 +77,8 @@ func openSource(ctx context.Context, url string, c *config, log *slog.Logger) (f
 		Profile:       c.s3.profile,
 		NoSignRequest: c.s3.noSignRequest,
 		CopyDir:       filepath.Join(c.cacheDir, "objects"),
+		Conns:         c.workers,
+		HTTP1:         c.http1,
 	}, c.retry.options(log))
 }
 

@@ -4,20 +4,33 @@
 // benchmarks use it as the remote end of tarmount.
 //
 //	go run ./scripts/httpserve -addr 127.0.0.1:0 -dir DIR [-latency 20ms] [-rate 80MB] [-v]
+//	go run ./scripts/httpserve -dir DIR -tls CERT.pem [-conn-rate 80MB] [-handshake 40ms]
 //
-// The first line on standard output is "listening on http://127.0.0.1:PORT",
-// for scripts to read the port from. GET /-/stats answers the request and
+// The first line on standard output is "listening on http://127.0.0.1:PORT"
+// (https with -tls), for scripts to read the port from. With -tls it serves
+// HTTP/2 and HTTP/1.1 over TLS with a new self-signed certificate for
+// 127.0.0.1, written to CERT.pem for clients to trust (SSL_CERT_FILE).
+// -conn-rate and -handshake shape each connection as a whole, which is
+// what matters over HTTP/2, where requests share a connection. GET /-/stats answers the request and
 // byte counters as JSON; on SIGINT or SIGTERM the server logs them to
 // standard error and exits 0.
 package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +53,9 @@ func run() error {
 	dir := flag.String("dir", "", "directory to serve (required)")
 	latency := flag.Duration("latency", 0, "delay before the first byte of every response, e.g. 20ms")
 	rateFlag := flag.String("rate", "", "per-connection bandwidth cap, e.g. 80MB (1e6 B/s units) or 10MiB; empty for none")
+	connRateFlag := flag.String("conn-rate", "", "bandwidth cap of each connection as a whole (shared by its HTTP/2 requests); empty for none")
+	handshake := flag.Duration("handshake", 0, "delay before the first read of each new connection, like TCP and TLS set-up far away")
+	certOut := flag.String("tls", "", "serve HTTPS (HTTP/2 and HTTP/1.1) with a new self-signed certificate written to this PEM file")
 	verbose := flag.Bool("v", false, "log every request to standard error")
 	flag.Parse()
 	if *dir == "" || flag.NArg() != 0 {
@@ -50,6 +66,10 @@ func run() error {
 		return fmt.Errorf("-dir %s: not a directory", *dir)
 	}
 	rate, err := shaped.ParseRate(*rateFlag)
+	if err != nil {
+		return err
+	}
+	connRate, err := shaped.ParseRate(*connRateFlag)
 	if err != nil {
 		return err
 	}
@@ -69,10 +89,21 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	ln = shaped.Listen(ln, shaped.ConnOptions{Rate: connRate, Handshake: *handshake})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if *certOut != "" {
+		cert, err := selfSigned(*certOut)
+		if err != nil {
+			return err
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+		scheme = "https"
+	}
 
 	// The first line on stdout is the contract with scripts.
-	fmt.Printf("listening on http://%s\n", ln.Addr())
+	fmt.Printf("listening on %s://%s\n", scheme, ln.Addr())
 	log.Info("serving", "dir", *dir, "addr", ln.Addr().String(), "latency", *latency, "rate", rate)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -92,6 +123,40 @@ func run() error {
 	stats, _ := json.Marshal(h.Stats())
 	log.Info("stopped", "stats", string(stats))
 	return nil
+}
+
+// selfSigned makes a certificate for 127.0.0.1, ::1 and localhost, valid
+// for a day, and writes it as PEM to path.
+func selfSigned(path string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "httpserve"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(path, certPEM, 0o644); err != nil {
+		return tls.Certificate{}, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 }
 
 // checkLoopback refuses to listen anywhere but a loopback address.

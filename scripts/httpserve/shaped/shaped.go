@@ -10,6 +10,7 @@
 package shaped
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -133,7 +134,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.ranges.Add(1)
 	}
 	start := time.Now()
-	sw := &shapedWriter{ResponseWriter: w, h: h, rate: h.opts.Rate, req: r}
+	sw := &shapedWriter{ResponseWriter: w, h: h, rate: bucket{rate: h.opts.Rate}, req: r}
 	h.serve(sw, r)
 	if sw.code == 0 {
 		sw.code = http.StatusOK
@@ -193,23 +194,16 @@ func (h *Handler) serve(w *shapedWriter, r *http.Request) {
 }
 
 // shapedWriter records the status, counts body bytes and applies the
-// bandwidth cap with a token bucket of burstBytes.
+// bandwidth cap.
 type shapedWriter struct {
 	http.ResponseWriter
 	h    *Handler
 	req  *http.Request
-	rate int64
+	rate bucket
 
 	code    int
 	written int64
-	// token bucket
-	tokens float64
-	last   time.Time
 }
-
-// burstBytes is the bucket size: small enough to keep the rate smooth at
-// a few MB/s, large enough that a write is not split into tiny sleeps.
-const burstBytes = 64 << 10
 
 func (w *shapedWriter) WriteHeader(code int) {
 	if w.code == 0 {
@@ -222,21 +216,43 @@ func (w *shapedWriter) Write(p []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
+	return w.rate.write(w.req.Context(), p, func(chunk []byte) (int, error) {
+		n, err := w.ResponseWriter.Write(chunk)
+		w.written += int64(n)
+		w.h.bytes.Add(int64(n))
+		return n, err
+	})
+}
+
+// burstBytes is the bucket size: small enough to keep the rate smooth at
+// a few MB/s, large enough that a write is not split into tiny sleeps.
+const burstBytes = 64 << 10
+
+// bucket is a token bucket of burstBytes refilled at rate bytes per
+// second; a zero rate lets everything through. It is not safe for
+// concurrent use.
+type bucket struct {
+	rate   int64
+	tokens float64
+	last   time.Time
+}
+
+// write passes p to w in chunks of at most burstBytes, each once the
+// bucket holds enough tokens.
+func (b *bucket) write(ctx context.Context, p []byte, w func([]byte) (int, error)) (int, error) {
 	total := 0
 	for len(p) > 0 {
 		chunk := p
-		if w.rate > 0 {
+		if b.rate > 0 {
 			if len(chunk) > burstBytes {
 				chunk = chunk[:burstBytes]
 			}
-			if err := w.wait(len(chunk)); err != nil {
+			if err := b.wait(ctx, len(chunk)); err != nil {
 				return total, err
 			}
 		}
-		n, err := w.ResponseWriter.Write(chunk)
+		n, err := w(chunk)
 		total += n
-		w.written += int64(n)
-		w.h.bytes.Add(int64(n))
 		if err != nil {
 			return total, err
 		}
@@ -246,31 +262,28 @@ func (w *shapedWriter) Write(p []byte) (int, error) {
 }
 
 // wait blocks until n tokens are available, then takes them.
-func (w *shapedWriter) wait(n int) error {
+func (b *bucket) wait(ctx context.Context, n int) error {
 	now := time.Now()
-	if w.last.IsZero() {
-		w.tokens = burstBytes
+	if b.last.IsZero() {
+		b.tokens = burstBytes
 	} else {
-		w.tokens += now.Sub(w.last).Seconds() * float64(w.rate)
-		if w.tokens > burstBytes {
-			w.tokens = burstBytes
-		}
+		b.tokens = min(b.tokens+now.Sub(b.last).Seconds()*float64(b.rate), burstBytes)
 	}
-	w.last = now
-	if need := float64(n) - w.tokens; need > 0 {
-		d := time.Duration(need / float64(w.rate) * float64(time.Second))
+	b.last = now
+	if need := float64(n) - b.tokens; need > 0 {
+		d := time.Duration(need / float64(b.rate) * float64(time.Second))
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
-		case <-w.req.Context().Done():
+		case <-ctx.Done():
 			t.Stop()
-			return w.req.Context().Err()
+			return ctx.Err()
 		}
 		now = time.Now()
-		w.tokens += now.Sub(w.last).Seconds() * float64(w.rate)
-		w.last = now
+		b.tokens += now.Sub(b.last).Seconds() * float64(b.rate)
+		b.last = now
 	}
-	w.tokens -= float64(n)
+	b.tokens -= float64(n)
 	return nil
 }
 

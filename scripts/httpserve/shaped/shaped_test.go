@@ -317,3 +317,56 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// TestConnShaping checks that Listen delays a new connection's first read
+// by Handshake and caps what all responses on one connection send
+// together: two parallel requests on one HTTP/2 connection share Rate.
+func TestConnShaping(t *testing.T) {
+	const rate = 4 << 20 // bytes per second, for the connection
+	const handshake = 200 * time.Millisecond
+	dir := t.TempDir()
+	data := make([]byte, 1<<20)
+	if err := os.WriteFile(filepath.Join(dir, "blob.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(dir, Options{})
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.Listener = Listen(srv.Listener, ConnOptions{Rate: rate, Handshake: handshake})
+	srv.StartTLS()
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+	})
+	client := srv.Client()
+	start := time.Now()
+	resp, err := client.Get(srv.URL + "/missing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if d := time.Since(start); d < handshake || resp.ProtoMajor != 2 {
+		t.Fatalf("first request: took %v over %s, want at least %v over HTTP/2", d, resp.Proto, handshake)
+	}
+	// 2 MiB in all on one connection at 4 MiB/s: about 0.5 s; at twice
+	// the rate (a cap per response) it would take 0.25 s.
+	start = time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			resp, err := client.Get(srv.URL + "/blob.bin")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != int64(len(data)) {
+				t.Errorf("got %d bytes (%v), want %d", n, err, len(data))
+			}
+		})
+	}
+	wg.Wait()
+	if d, min := time.Since(start), 400*time.Millisecond; d < min {
+		t.Errorf("2 MiB on one connection at 4 MiB/s took %v, want at least %v", d, min)
+	}
+}
