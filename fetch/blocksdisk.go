@@ -26,7 +26,7 @@ const (
 // initDisk enables the disk cache d (if not nil) for b's source, unless
 // the source's identity is too weak to key persistent data on.
 func (b *Blocks) initDisk(d *DiskCache) {
-	if d == nil {
+	if d == nil || IsLocal(b.src) {
 		return
 	}
 	id := b.src.Identity()

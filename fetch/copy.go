@@ -2,54 +2,36 @@ package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 )
 
 // keepCopy saves the body of resp, a 200 reply with the whole object to a
-// range request, as the local copy of the object with identity id under
-// s.copyDir, unless a complete copy is there already. The copy is written
-// under a temporary name and renamed, so a copy under its real name is
-// always complete. It returns the copy's path.
+// range request, as the whole copy of the object with identity id in
+// s.copies, unless a complete copy is there already, and returns its
+// path.
 func (s *httpSource) keepCopy(resp *http.Response, id Identity) (string, error) {
 	if !DiskCacheable(id) {
 		return "", fmt.Errorf("%w, and without a strong ETag or Last-Modified a local copy could not be told from a changed object", ErrNoRange)
 	}
-	path := filepath.Join(s.copyDir, id.Key()+".obj")
-	if st, err := os.Stat(path); err == nil && st.Size() == id.Size {
+	if path, ok := s.copies.Whole(id.Key(), id.Size); ok {
 		s.log.Info("server ignores range requests: using the local copy", "src", s.name, "path", path)
 		return path, nil
 	}
 	s.log.Warn("server ignores range requests: downloading the whole archive once, to a local copy",
-		"src", s.name, "len", id.Size, "path", path)
-	if err := os.MkdirAll(s.copyDir, 0o755); err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(s.copyDir, ".tmp-*.obj")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(f.Name())
+		"src", s.name, "len", id.Size, "path", s.copies.Dir())
 	start := time.Now()
-	n, err := io.Copy(f, resp.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	path, err := s.copies.KeepWhole(id.Key(), id.Size, resp.Body)
+	if errors.Is(err, ErrTooLarge) {
+		return "", fmt.Errorf("%w, and a local copy does not fit: %w (raise --cache-disk)", ErrNoRange, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("download %s: %w", s.name, err)
 	}
-	if n != id.Size {
-		return "", fmt.Errorf("download %s: got %d bytes, want %d: %w", s.name, n, id.Size, io.ErrUnexpectedEOF)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return "", err
-	}
-	s.log.Info("local copy complete", "src", s.name, "len", n, "elapsed", time.Since(start).Round(time.Millisecond))
+	s.log.Info("local copy complete", "src", s.name, "len", id.Size, "elapsed", time.Since(start).Round(time.Millisecond))
 	return path, nil
 }
 
@@ -64,6 +46,7 @@ type copySource struct {
 
 func (c *copySource) Identity() Identity { return c.id }
 func (c *copySource) String() string     { return c.name }
+func (c *copySource) Local() bool        { return true }
 
 func openCopy(ctx context.Context, path string, id Identity, name string, log *slog.Logger) (Source, error) {
 	f, err := openFile(ctx, path, log)

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // noRangeServer always answers 200 with the whole object, as servers that
@@ -51,8 +53,9 @@ func TestNoRangeServerLocalCopy(t *testing.T) {
 	plain.Close()
 
 	dir := t.TempDir()
+	copies := openCopies(t, dir, 1<<20)
 	requests.Store(0)
-	src, err := Open(ctx, srv.URL+"/a.tar", Options{CopyDir: dir})
+	src, err := Open(ctx, srv.URL+"/a.tar", Options{Copies: copies})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +77,7 @@ func TestNoRangeServerLocalCopy(t *testing.T) {
 	src.Close()
 
 	// A second open reuses the complete copy.
-	again, err := Open(ctx, srv.URL+"/a.tar", Options{CopyDir: dir})
+	again, err := Open(ctx, srv.URL+"/a.tar", Options{Copies: copies})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,10 +85,74 @@ func TestNoRangeServerLocalCopy(t *testing.T) {
 	if _, err := again.ReadAt(ctx, p, 1000); err != nil || !bytes.Equal(p, data[1000:1100]) {
 		t.Fatalf("read from the reused copy: %v", err)
 	}
+	if !IsLocal(again) {
+		t.Error("a local copy is not reported local")
+	}
 	again.Close()
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("copy directory holds %d entries, want 1", len(entries))
+	entries, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	if len(entries) != 1 || filepath.Base(entries[0]) != "whole" {
+		t.Errorf("cache directory holds %v, want one whole copy", entries)
+	}
+}
+
+func openCopies(t *testing.T, dir string, max int64) *DiskCache {
+	t.Helper()
+	d, err := OpenDiskCache(dir, DiskCacheOptions{MaxBytes: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestNoRangeCopiesBounded checks that whole copies count in the disk
+// cache bound: a copy evicts the least recently used entries to fit, and
+// an object larger than the bound is refused with a clear error.
+func TestNoRangeCopiesBounded(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	copies := openCopies(t, dir, 500000)
+	// A block entry, then two copies of 300000 bytes: the second evicts
+	// the oldest entries to fit.
+	if err := copies.Put(Identity{ETag: `"b"`, Size: 1}.Key(), 0, randomBytes(100000, 1)); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	blocks, _ := filepath.Glob(filepath.Join(dir, "*", "0-*"))
+	for _, p := range blocks {
+		os.Chtimes(p, old, old)
+	}
+	var paths []string
+	for i, etag := range []string{`"v1"`, `"v2"`} {
+		data := randomBytes(300000, uint64(20+i))
+		srv, _ := noRangeServer(t, data, etag, 0)
+		src, err := Open(ctx, srv.URL+"/a", Options{Copies: copies})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := make([]byte, 10)
+		if _, err := src.ReadAt(ctx, p, 1234); err != nil || !bytes.Equal(p, data[1234:1244]) {
+			t.Fatalf("copy %d: read: %v", i, err)
+		}
+		src.Close()
+		path, _ := copies.Whole(src.Identity().Key(), 300000)
+		paths = append(paths, path)
+		if i == 0 {
+			os.Chtimes(path, old.Add(time.Minute), old.Add(time.Minute))
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	if len(left) != 1 || left[0] != paths[1] {
+		t.Errorf("cache holds %v, want only the newest copy %s", left, paths[1])
+	}
+	if st := copies.Stats(); st.UsedBytes > 500000 {
+		t.Errorf("used %d bytes, want at most 500000", st.UsedBytes)
+	}
+
+	big, _ := noRangeServer(t, randomBytes(600000, 30), `"big"`, 0)
+	_, err := Open(ctx, big.URL+"/a", Options{Copies: copies})
+	if !errors.Is(err, ErrNoRange) || !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "--cache-disk") {
+		t.Errorf("an object over the bound: got %v, want ErrNoRange and ErrTooLarge naming --cache-disk", err)
 	}
 }
 
@@ -94,17 +161,17 @@ func TestNoRangeServerRefusals(t *testing.T) {
 	ctx := context.Background()
 	// No validator: a copy could not be told from a changed object.
 	srv, _ := noRangeServer(t, data, "", 0)
-	if _, err := Open(ctx, srv.URL+"/a", Options{CopyDir: t.TempDir()}); !errors.Is(err, ErrNoRange) {
+	if _, err := Open(ctx, srv.URL+"/a", Options{Copies: openCopies(t, t.TempDir(), 1<<20)}); !errors.Is(err, ErrNoRange) {
 		t.Errorf("no validator: got %v, want ErrNoRange", err)
 	}
 	// A download cut short leaves nothing under the real name.
 	cut, _ := noRangeServer(t, data, `"v1"`, 5000)
 	dir := t.TempDir()
-	if _, err := Open(ctx, cut.URL+"/a", Options{CopyDir: dir}); err == nil {
+	if _, err := Open(ctx, cut.URL+"/a", Options{Copies: openCopies(t, dir, 1<<20)}); err == nil {
 		t.Error("a cut download opened")
 	}
-	left, _ := filepath.Glob(filepath.Join(dir, "*"))
-	hidden, _ := filepath.Glob(filepath.Join(dir, ".*"))
+	left, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	hidden, _ := filepath.Glob(filepath.Join(dir, "*", ".*"))
 	if len(left)+len(hidden) != 0 {
 		t.Errorf("a cut download left %v %v", left, hidden)
 	}

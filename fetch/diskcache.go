@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -41,6 +42,7 @@ const (
 	diskMagic      = "tmcache\x01"
 	diskKeyLen     = 32 // hex digits of Identity.Key
 	diskTempPrefix = ".tmp-"
+	diskWholeName  = "whole"
 	// diskStaleTemp is the age after which a temporary file is taken for
 	// the leftover of a writer that crashed, and removed by a scan.
 	diskStaleTemp = 10 * time.Minute
@@ -85,7 +87,12 @@ type DiskStats struct {
 // One file per entry, under a directory per object:
 //
 //	DIR/<identity key>/<off>-<len>    an entry
+//	DIR/<identity key>/whole          the whole object as stored, no header
 //	DIR/<identity key>/.tmp-*         being written (or left by a crash)
+//
+// A whole copy (KeepWhole) is kept for an object whose server ignores
+// range requests; it counts in MaxBytes and is evicted like an entry. It
+// is synced before its rename, so a copy under its final name is complete.
 //
 // Entry file layout (integers big-endian):
 //
@@ -421,7 +428,7 @@ func (d *DiskCache) added(size int64) {
 	d.used += size
 	d.sinceScan += size
 	if !d.scanned || d.used > d.maxBytes || d.sinceScan > d.maxBytes/8 {
-		d.scanLocked()
+		d.scanLocked(0)
 	}
 }
 
@@ -433,8 +440,9 @@ type diskEntry struct {
 
 // scanLocked measures the directory, removes stale temporary files and
 // empty object directories, and evicts the least recently used entries
-// down to 7/8 of maxBytes if the directory holds more than maxBytes.
-func (d *DiskCache) scanLocked() {
+// down to 7/8 of maxBytes if the directory holds more than maxBytes, or if
+// need more bytes would not fit.
+func (d *DiskCache) scanLocked(need int64) {
 	d.scanned = true
 	d.sinceScan = 0
 	objs, err := os.ReadDir(d.dir)
@@ -472,16 +480,16 @@ func (d *DiskCache) scanLocked() {
 				}
 				continue
 			}
-			if _, _, ok := parseEntryName(f.Name()); !ok {
+			if _, _, ok := parseEntryName(f.Name()); !ok && f.Name() != diskWholeName {
 				continue
 			}
 			entries = append(entries, diskEntry{path: path, size: fi.Size(), mtime: fi.ModTime()})
 			total += fi.Size()
 		}
 	}
-	if total > d.maxBytes {
+	if total+need > d.maxBytes {
 		slices.SortFunc(entries, func(a, b diskEntry) int { return a.mtime.Compare(b.mtime) })
-		low := d.maxBytes - d.maxBytes/8
+		low := d.maxBytes - d.maxBytes/8 - need
 		for _, e := range entries {
 			if total <= low {
 				break
@@ -493,6 +501,69 @@ func (d *DiskCache) scanLocked() {
 		}
 	}
 	d.used = total
+}
+
+// Whole returns the path of the complete whole copy of the object key of
+// size bytes, if there is one, and marks it used.
+func (d *DiskCache) Whole(key string, size int64) (string, bool) {
+	if !validDiskKey(key) {
+		return "", false
+	}
+	path := filepath.Join(d.dir, key, diskWholeName)
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != size {
+		return "", false
+	}
+	now := time.Now()
+	if now.Sub(st.ModTime()) > d.touchAfter {
+		os.Chtimes(path, now, now)
+	}
+	return path, true
+}
+
+// KeepWhole writes the size bytes that r yields as the whole copy of the
+// object key, after evicting least recently used entries to make room,
+// and returns its path. An object larger than MaxBytes is refused with
+// ErrTooLarge. r must yield exactly size bytes.
+func (d *DiskCache) KeepWhole(key string, size int64, r io.Reader) (string, error) {
+	if !validDiskKey(key) {
+		return "", fmt.Errorf("disk cache: bad key %q", key)
+	}
+	if size > d.maxBytes {
+		return "", fmt.Errorf("%w: %d bytes, the disk cache holds %d", ErrTooLarge, size, d.maxBytes)
+	}
+	d.scanMu.Lock()
+	d.scanLocked(size)
+	d.scanMu.Unlock()
+	dir := filepath.Join(d.dir, key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("disk cache: %w", err)
+	}
+	f, err := os.CreateTemp(dir, diskTempPrefix+"*")
+	if err != nil {
+		return "", fmt.Errorf("disk cache: %w", err)
+	}
+	defer os.Remove(f.Name())
+	n, err := io.Copy(f, r)
+	if err == nil && n != size {
+		err = fmt.Errorf("got %d bytes, want %d: %w", n, size, io.ErrUnexpectedEOF)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, diskWholeName)
+	if err := os.Rename(f.Name(), path); err != nil {
+		return "", fmt.Errorf("disk cache: %w", err)
+	}
+	d.writes.Add(1)
+	d.added(size)
+	return path, nil
 }
 
 func (d *DiskCache) entryPath(key string, off int64, n int) string {

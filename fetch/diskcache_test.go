@@ -152,7 +152,7 @@ func TestDiskCacheBound(t *testing.T) {
 	// read, and three more entries push out the three least recently used.
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, key)))
 	d.scanMu.Lock()
-	d.scanLocked()
+	d.scanLocked(0)
 	d.scanMu.Unlock()
 	for i := 100; i < 108; i++ {
 		put(i)
@@ -323,7 +323,7 @@ func BenchmarkDiskCacheScan(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		d.scanMu.Lock()
-		d.scanLocked()
+		d.scanLocked(0)
 		d.scanMu.Unlock()
 	}
 }

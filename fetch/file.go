@@ -115,6 +115,8 @@ func (s *fileSource) Identity() Identity { return s.id }
 
 func (s *fileSource) String() string { return s.path }
 
+func (s *fileSource) Local() bool { return true }
+
 // Close closes the file. It is idempotent.
 func (s *fileSource) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.f.Close() })

@@ -34,21 +34,21 @@ type httpSource struct {
 	// else If-Unmodified-Since when Last-Modified is known.
 	condKey, condValue string
 	log                *slog.Logger
-	copyDir            string // Options.CopyDir
-	copyPath           string // set by probe when the server ignores ranges
-	ownClient          bool   // client was made for this source: Close closes its connections
+	copies             *DiskCache // Options.Copies
+	copyPath           string     // set by probe when the server ignores ranges
+	ownClient          bool       // client was made for this source: Close closes its connections
 }
 
 var _ Source = (*httpSource)(nil)
 
 func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (Source, error) {
 	s := &httpSource{
-		client:  opts.Client,
-		url:     u.String(),
-		name:    redactURL(u),
-		header:  opts.Header.Clone(),
-		log:     log,
-		copyDir: opts.CopyDir,
+		client: opts.Client,
+		url:    u.String(),
+		name:   redactURL(u),
+		header: opts.Header.Clone(),
+		log:    log,
+		copies: opts.Copies,
 	}
 	if s.client == nil {
 		conns := opts.Conns
@@ -107,7 +107,7 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 		}
 		if resp.ContentLength >= 0 {
 			id.Size = resp.ContentLength
-			if s.copyDir != "" {
+			if s.copies != nil {
 				// The reply is the whole object: keep it, once.
 				path, err := s.keepCopy(resp, id)
 				if err != nil {

@@ -83,7 +83,7 @@ type RetryOptions struct {
 // transiently (a 503 at mount time, a connection reset), with backoff,
 // until opts.Deadline has passed. An open in progress is not cut short by
 // it: it may be downloading a whole object whose server ignores ranges
-// (Options.CopyDir). The Source it returns retries its reads too
+// (Options.Copies). The Source it returns retries its reads too
 // (WithRetry).
 func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts RetryOptions) (Source, error) {
 	r := newRetrySource(nil, ropts)
@@ -211,6 +211,7 @@ func (s *retrySource) RetryStats() RetryStats {
 func (s *retrySource) Identity() Identity { return s.src.Identity() }
 func (s *retrySource) String() string     { return s.src.String() }
 func (s *retrySource) Close() error       { return s.src.Close() }
+func (s *retrySource) Local() bool        { return IsLocal(s.src) }
 
 // ReadAt reads like src.ReadAt, retrying as WithRetry describes.
 //

@@ -32,6 +32,8 @@ var (
 	ErrNoRange = errors.New("fetch: server does not support range requests")
 	// ErrClosed means the Blocks or stream was closed.
 	ErrClosed = errors.New("fetch: closed")
+	// ErrTooLarge means an object does not fit in the disk cache bound.
+	ErrTooLarge = errors.New("fetch: larger than the disk cache")
 )
 
 // StatusError is an HTTP reply with an unexpected status code. 404, 410,
@@ -175,6 +177,14 @@ type Source interface {
 	Close() error
 }
 
+// IsLocal reports whether src reads a file on this machine (a path, a
+// file:// URL, or the local copy of an object whose server ignores range
+// requests): caching its bytes on disk again would gain nothing.
+func IsLocal(src Source) bool {
+	l, ok := src.(interface{ Local() bool })
+	return ok && l.Local()
+}
+
 // Options configure Open. The zero value is ready to use.
 type Options struct {
 	Logger *slog.Logger // nil = discard
@@ -212,12 +222,13 @@ type Options struct {
 	Profile string
 	// NoSignRequest sends S3 requests unsigned, for public buckets.
 	NoSignRequest bool
-	// CopyDir, if set, is where the whole object is kept when its HTTP
-	// server ignores range requests: the probe's reply is then the whole
-	// object, which is saved there once (keyed by identity, reused by
-	// later opens) and read as a local file. Empty: such a server makes
-	// reads fail with ErrNoRange.
-	CopyDir string
+	// Copies, if set, keeps the whole object when its HTTP server ignores
+	// range requests: the probe's reply is then the whole object, which
+	// is saved there once (keyed by identity, reused by later opens,
+	// counted in the cache's bound) and read as a local file. An object
+	// larger than the bound fails with ErrNoRange and ErrTooLarge. Nil:
+	// such a server makes reads fail with ErrNoRange.
+	Copies *DiskCache
 }
 
 // Open parses rawURL, fetches the object's identity with one request and

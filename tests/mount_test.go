@@ -554,4 +554,13 @@ func TestNoRangeServer(t *testing.T) {
 		t.Errorf("no message about the server ignoring ranges:\n%s", m.stderr)
 	}
 	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+	m.stop(t)
+
+	// The copy counts in --cache-disk: one that does not fit is refused.
+	small := strconv.Itoa(len(data) / 2)
+	out, err := exec.Command(binary, srv.URL+"/a.tar.gz", t.TempDir(), "--mount-name", testMountName,
+		"--cache-dir", filepath.Join(f.work, "cache2"), "--cache-disk", small).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--cache-disk") {
+		t.Errorf("archive larger than --cache-disk: got %v, want an error naming --cache-disk:\n%s", err, out)
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
@@ -64,12 +63,15 @@ func cachePath(dir, url string, id fetch.Identity) string {
 // one in the cache directory, else it builds one in a single streamed pass
 // and saves it.
 func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (*archive, error) {
-	src, err := openSource(ctx, url, c, log)
+	disk := openDiskCache(c, log)
+	src, err := openSource(ctx, url, c, disk, log)
 	if err != nil {
+		if disk != nil {
+			disk.Close()
+		}
 		return nil, err
 	}
-	a := &archive{src: src}
-	a.disk = openDiskCache(url, c, log)
+	a := &archive{src: src, disk: disk}
 	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{BlockSize: c.blockSize, Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log, Disk: a.disk})
 	id := src.Identity()
 	cached := cachePath(c.cacheDir, src.String(), id)
@@ -115,13 +117,12 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	return a, nil
 }
 
-// openDiskCache opens the block cache on disk for a remote archive, or
-// returns nil: when --cache-disk is 0, for local files (which would only be
-// copied), or when the directory cannot be made (logged; the mount goes
-// on without it).
-func openDiskCache(url string, c *config, log *slog.Logger) *fetch.DiskCache {
-	scheme, _, remote := strings.Cut(url, "://")
-	if c.cacheDisk <= 0 || !remote || strings.EqualFold(scheme, "file") {
+// openDiskCache opens the cache on disk of fetched blocks and of whole
+// copies of objects whose server ignores ranges (local archives use
+// neither), or returns nil: when --cache-disk is 0, or when the directory
+// cannot be made (logged; the mount goes on without it).
+func openDiskCache(c *config, log *slog.Logger) *fetch.DiskCache {
+	if c.cacheDisk <= 0 {
 		return nil
 	}
 	dir := filepath.Join(c.cacheDir, "blocks")

@@ -114,7 +114,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&c.headers, "header", "same as -H")
 	fs.BoolVar(&c.http1, "http1", false, "never use HTTP/2, even when the server offers it (default: HTTP/2 over TLS when offered, on as many connections as fetch workers)")
 	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
-	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts (0: none; local archives never)")
+	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts, whole copies from servers that ignore ranges included (0: none; local archives never)")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket (default: asked from the server)")
 	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: URL of an S3-compatible server (default: $AWS_ENDPOINT_URL, else AWS)")

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -68,7 +67,7 @@ func (r *retryConfig) options(log *slog.Logger) fetch.RetryOptions {
 // openSource opens url and wraps it with retries, so that the block cache,
 // the index pass and span reads all see a source whose reads are retried
 // and bounded in time.
-func openSource(ctx context.Context, url string, c *config, log *slog.Logger) (fetch.Source, error) {
+func openSource(ctx context.Context, url string, c *config, disk *fetch.DiskCache, log *slog.Logger) (fetch.Source, error) {
 	return fetch.OpenWithRetry(ctx, url, fetch.Options{
 		Logger:        log,
 		Header:        c.headers.h,
@@ -76,7 +75,7 @@ func openSource(ctx context.Context, url string, c *config, log *slog.Logger) (f
 		EndpointURL:   c.s3.endpointURL,
 		Profile:       c.s3.profile,
 		NoSignRequest: c.s3.noSignRequest,
-		CopyDir:       filepath.Join(c.cacheDir, "objects"),
+		Copies:        disk,
 		Conns:         c.workers,
 		HTTP1:         c.http1,
 	}, c.retry.options(log))
