@@ -43,6 +43,7 @@ type BlocksOptions struct {
 type Stats struct {
 	Requests     int64 // range reads issued to the Source
 	BytesFetched int64 // bytes those reads returned
+	InFlight     int64 // bytes asked of the Source by reads not yet returned, now
 	CacheHits    int64 // block lookups served from memory
 	CacheMisses  int64 // block lookups that had to wait for a fetch (started or joined)
 	Evictions    int64 // blocks dropped to respect CacheBytes
@@ -85,7 +86,7 @@ type Blocks struct {
 	disk       *DiskCache         // nil = none
 	diskKey    string             // src.Identity().Key() when disk is set
 
-	requests, bytesFetched, hits, misses, evictions atomic.Int64
+	requests, bytesFetched, inFlight, hits, misses, evictions atomic.Int64
 	diskHits, diskBytes, diskWrites, diskDropped    atomic.Int64
 
 	mu sync.Mutex
@@ -199,6 +200,7 @@ func (b *Blocks) Stats() Stats {
 	return Stats{
 		Requests:     b.requests.Load(),
 		BytesFetched: b.bytesFetched.Load(),
+		InFlight:     b.inFlight.Load(),
 		CacheHits:    b.hits.Load(),
 		CacheMisses:  b.misses.Load(),
 		Evictions:    b.evictions.Load(),
@@ -534,6 +536,17 @@ func (b *Blocks) worker() {
 	}
 }
 
+// readSource reads p at off from the source, counting the request, its
+// bytes and, while it runs, the bytes in flight.
+func (b *Blocks) readSource(ctx context.Context, p []byte, off int64) (int, error) {
+	b.requests.Add(1)
+	b.inFlight.Add(int64(len(p)))
+	n, err := b.src.ReadAt(ctx, p, off)
+	b.inFlight.Add(-int64(len(p)))
+	b.bytesFetched.Add(int64(n))
+	return n, err
+}
+
 // fetch reads blk from the disk cache or else the source into a pooled
 // buffer.
 func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
@@ -542,9 +555,7 @@ func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 	if b.readDisk(blk, p) {
 		return buf, nil
 	}
-	b.requests.Add(1)
-	n, err := b.src.ReadAt(ctx, p, blk.off)
-	b.bytesFetched.Add(int64(n))
+	n, err := b.readSource(ctx, p, blk.off)
 	switch {
 	case n == blk.n && (err == nil || err == io.EOF):
 		err = nil

@@ -528,3 +528,32 @@ func TestBlocksReadCached(t *testing.T) {
 		t.Errorf("Ranges().ReadAt of a cached range made %d source reads, want 0", got-before)
 	}
 }
+
+// TestBlocksInFlight checks that Stats.InFlight counts the bytes of
+// source reads that have started and not returned, for blocks and for
+// exact ranges, and falls to zero when they return.
+func TestBlocksInFlight(t *testing.T) {
+	data := randomBytes(8192, 5)
+	src := newMemSource(data)
+	src.gate = make(chan struct{})
+	src.started = make(chan int64, 10)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 2})
+	done := make(chan error, 2)
+	go func() {
+		_, err := b.ReadAt(t.Context(), make([]byte, 10), 0)
+		done <- err
+	}()
+	go func() {
+		_, err := b.Ranges().ReadAt(t.Context(), make([]byte, 3000), 4000)
+		done <- err
+	}()
+	<-src.started
+	<-src.started
+	require.Equal(t, int64(1024+3000), b.Stats().InFlight)
+	close(src.gate)
+	require.NoError(t, <-done)
+	require.NoError(t, <-done)
+	st := b.Stats()
+	require.Zero(t, st.InFlight)
+	require.Equal(t, int64(1024+3000), st.BytesFetched)
+}

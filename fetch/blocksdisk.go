@@ -178,9 +178,7 @@ func (r RangeReader) ReadAt(ctx context.Context, p []byte, off int64) (int, erro
 	if off >= 0 && b.ReadCached(p, off) {
 		return len(p), nil
 	}
-	b.requests.Add(1)
-	n, err := b.src.ReadAt(ctx, p, off)
-	b.bytesFetched.Add(int64(n))
+	n, err := b.readSource(ctx, p, off)
 	if b.disk != nil && n > 0 && n == len(p) && (err == nil || err == io.EOF) {
 		if b.disk.room(n) && b.disk.PutAsync(b.diskKey, off, bytes.Clone(p), func(ok bool) {
 			if ok {

@@ -38,7 +38,7 @@ type archive struct {
 
 func (a *archive) Close(log *slog.Logger) {
 	st := a.blocks.Stats()
-	log.Debug("block cache totals", "requests", st.Requests, "bytes", st.BytesFetched,
+	log.Debug("block cache totals", "requests", st.Requests, "bytes", st.BytesFetched, "in_flight", st.InFlight,
 		"hits", st.CacheHits, "misses", st.CacheMisses, "evictions", st.Evictions,
 		"disk_hits", st.DiskHits, "disk_bytes", st.DiskBytes, "disk_writes", st.DiskWrites, "disk_dropped", st.DiskDropped)
 	if a.reader != nil {
