@@ -87,7 +87,7 @@ type Blocks struct {
 	diskKey    string             // src.Identity().Key() when disk is set
 
 	requests, bytesFetched, inFlight, hits, misses, evictions atomic.Int64
-	diskHits, diskBytes, diskWrites, diskDropped    atomic.Int64
+	diskHits, diskBytes, diskWrites, diskDropped              atomic.Int64
 
 	mu sync.Mutex
 	// guarded by mu
