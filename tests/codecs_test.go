@@ -106,3 +106,61 @@ func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
 		t.Errorf("decoded copy not written again: %v", err)
 	}
 }
+
+// TestPackMountsWithoutPass packs a directory and a .tar.xz with `tarmount
+// pack`, checks that zstd -d | tar -t reads the result, and mounts it over
+// HTTP: the mount reads only the archive's tail (zero bytes of index
+// pass) and the tree matches what tar -x extracts from the packed file.
+func TestPackMountsWithoutPass(t *testing.T) {
+	needFUSE(t)
+	for _, tool := range []string{"zstd", "xz"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	work := t.TempDir()
+	src, served := filepath.Join(work, "src"), filepath.Join(work, "served")
+	if err := os.Mkdir(served, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	corpus.MakeTree(t, src, corpus.TreeOptions{})
+	xzArchive := filepath.Join(work, "in.tar.xz")
+	corpus.Archive(t, src, xzArchive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "xz"})
+	base, h := serve(t, served)
+	for _, in := range []string{src, xzArchive} {
+		name := "from-dir.tar.zst"
+		if in == xzArchive {
+			name = "from-xz.tar.zst"
+		}
+		t.Run(name, func(t *testing.T) {
+			packed := filepath.Join(served, name)
+			out, err := exec.Command(binary, "pack", in, "-o", packed, "--span", "1048576", "--cache-dir", filepath.Join(work, "c0")).CombinedOutput()
+			if err != nil {
+				t.Fatalf("tarmount pack: %v\n%s", err, out)
+			}
+			if out, err := exec.Command("sh", "-c", `zstd -dc "$1" | tar -t >/dev/null`, "sh", packed).CombinedOutput(); err != nil {
+				t.Fatalf("zstd -d | tar -t: %v\n%s", err, out)
+			}
+			ref := filepath.Join(work, "ref-"+name)
+			corpus.Extract(t, packed, ref)
+			st, err := os.Stat(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.ResetStats()
+			m := mount(t, base+"/"+name, "--cache-dir", filepath.Join(work, "cache-"+name))
+			stats := h.Stats()
+			if strings.Contains(m.stderr.String(), "msg=indexing") || !strings.Contains(m.stderr.String(), "index embedded") {
+				t.Errorf("the mount of a packed archive did not use its embedded index:\n%s", m.stderr)
+			}
+			// The identity probe and the tail: nothing of the data frames.
+			if limit := int64(64<<10 + 1); stats.Bytes > limit || stats.Requests > 3 {
+				t.Errorf("mount fetched %d bytes in %d requests before any read, want at most %d bytes in 3 requests (archive %d bytes)",
+					stats.Bytes, stats.Requests, limit, st.Size())
+			}
+			t.Logf("mount of a %d-byte packed archive fetched %d bytes in %d requests", st.Size(), stats.Bytes, stats.Requests)
+			treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+			m.stop(t)
+		})
+	}
+}

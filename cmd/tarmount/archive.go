@@ -98,6 +98,20 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 			log.Warn("saved index unusable, rebuilding", "path", cached, "err", err)
 		}
 	}
+	if a.ix == nil {
+		// A packed archive carries its index: no pass at all.
+		ix, err := index.LoadEmbedded(ctx, src, id)
+		switch {
+		case err == nil:
+			log.Info("index embedded in the archive", "src", src.String(), "entries", ix.Len())
+			a.ix = ix
+			if err := a.ix.Save(cached); err != nil {
+				log.Warn("could not save index", "path", cached, "err", err)
+			}
+		case !errors.Is(err, index.ErrNoEmbeddedIndex):
+			log.Warn("embedded index unusable, indexing", "src", src.String(), "err", err)
+		}
+	}
 	localPath := localCopyPath(c.cacheDir, cached)
 	if a.ix != nil && a.ix.StreamOnly() {
 		if a.local = openLocalCopy(localPath, a.ix.TarSize); a.local == nil {

@@ -4,6 +4,7 @@
 //	tarmount [flags] URL MOUNTPOINT     mount; stays in the foreground until unmounted or signalled
 //	tarmount index [flags] URL          build (or refresh) the index; -o FILE writes it there too
 //	tarmount unmount MOUNTPOINT         unmount; detaches lazily when busy, clears a dead mount
+//	tarmount pack SRC -o OUT.tar.zst    write a seekable zstd tarball with its index embedded
 package main
 
 import (
@@ -24,6 +25,9 @@ const usage = `Usage:
   tarmount [flags] URL MOUNTPOINT    mount the archive read-only (foreground; Ctrl-C unmounts)
   tarmount index [flags] URL         build and save the index of the archive
   tarmount unmount MOUNTPOINT        unmount (lazily when busy; clears a dead mount)
+  tarmount pack SRC -o OUT.tar.zst   write SRC (a directory or a tarball of any codec) as
+                                     seekable zstd with the index embedded: it mounts
+                                     without an index pass; zstd -d still reads it
 
 URL is http://..., https://..., s3://bucket/key, file:///path or a path.
 Archives: .tar, .tar.gz (gzip, pigz, multi-member), .tar.zst (seekable,
@@ -39,6 +43,7 @@ Examples:
   tarmount index https://example.com/runtime.tar.gz -o runtime.tar.gz.idx
   tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz.idx
   tarmount s3://bucket/runtime.tar.gz /mnt/runtime --endpoint-url http://127.0.0.1:7070
+  tarmount pack ./runtime/ -o runtime.tar.zst
 
 Flags:
 `
@@ -67,6 +72,7 @@ type config struct {
 	cacheDisk int64
 	// cacheDecoded bounds the decoded copies of stream-only archives.
 	cacheDecoded int64
+	level        int // pack: zstd level
 	mountName    string
 	readahead    int
 	headers      headerFlag
@@ -108,7 +114,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.verbose, "v", false, "verbose: log every step at debug level")
 	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes and cached archive blocks live")
 	fs.StringVar(&c.indexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
-	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index: output file)")
+	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index and pack: output file)")
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.blockSize, "block-size", 4<<20, "bytes per fetched block (streaming and plain tar reads)")
@@ -123,6 +129,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: URL of an S3-compatible server (default: $AWS_ENDPOINT_URL, else AWS)")
 	fs.StringVar(&c.s3.profile, "profile", "", "s3: profile of the shared AWS config files (default: $AWS_PROFILE)")
 	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned (public buckets)")
+	fs.IntVar(&c.level, "level", 3, "pack: zstd compression level (1-22, mapped to the encoder's four speeds)")
 	c.retry.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
@@ -156,7 +163,7 @@ func run(args []string, stderr io.Writer) error {
 	cmd := "mount"
 	if len(args) > 0 {
 		switch args[0] {
-		case "index", "unmount", "umount", "mount":
+		case "index", "unmount", "umount", "mount", "pack":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -187,6 +194,11 @@ func run(args []string, stderr io.Writer) error {
 		}
 		c.output = c.options
 		return indexCmd(ctx, pos[0], &c, log)
+	case "pack":
+		if len(pos) != 1 {
+			return fmt.Errorf("usage: tarmount pack SRC -o OUT.tar.zst")
+		}
+		return packCmd(ctx, pos[0], c.options, &c, log)
 	default:
 		if len(pos) != 2 {
 			fs.Usage()
