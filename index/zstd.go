@@ -2,6 +2,7 @@ package index
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -224,7 +225,8 @@ type zstdPass struct {
 }
 
 func newZstdPass(r io.Reader, rec *recorder) (*zstdPass, error) {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(false))
+	// Windows up to 128 MiB, as the zstd CLI accepts without --memory.
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(false), zstd.WithDecoderMaxWindow(128<<20))
 	if err != nil {
 		return nil, err
 	}
@@ -341,25 +343,33 @@ func (z *zstdPass) finish() (int64, int64, error) {
 	return z.rec.out, z.end, nil
 }
 
-// zstdSpanDecoder is shared by every Reader: DecodeAll is safe for
-// concurrent use and keeps its decoders for reuse.
-var zstdSpanDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(1<<31))
-})
+// zstdSpanDecoders are streaming decoders kept for reuse by span reads:
+// unlike DecodeAll, they never size their output by what a (possibly
+// damaged) frame header claims.
+var zstdSpanDecoders sync.Pool
 
 // decodeZstdSpan decodes the frames in comp, which start at a frame
 // boundary, into exactly size bytes.
 func decodeZstdSpan(comp []byte, size int64) ([]byte, error) {
-	dec, err := zstdSpanDecoder()
-	if err != nil {
+	dec, _ := zstdSpanDecoders.Get().(*zstd.Decoder)
+	if dec == nil {
+		var err error
+		dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(128<<20))
+		if err != nil {
+			return nil, err
+		}
+	}
+	defer zstdSpanDecoders.Put(dec)
+	if err := dec.Reset(bytes.NewReader(comp)); err != nil {
 		return nil, err
 	}
-	out, err := dec.DecodeAll(comp, make([]byte, 0, size))
-	if err != nil {
+	out := make([]byte, size)
+	if _, err := io.ReadFull(dec, out); err != nil {
 		return nil, err
 	}
-	if int64(len(out)) != size {
-		return nil, fmt.Errorf("decoded %d bytes, want %d", len(out), size)
+	var one [1]byte
+	if n, _ := dec.Read(one[:]); n > 0 {
+		return nil, fmt.Errorf("frames decode to more than %d bytes", size)
 	}
 	return out, nil
 }
