@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/flate"
 
 	"github.com/tarmount/tarmount/fetch"
@@ -36,6 +35,14 @@ type BuildOptions struct {
 	// OnProgress, if set, is called now and then with the number of
 	// compressed bytes consumed.
 	OnProgress func(consumed int64)
+	// Local, if set, receives the decoded tar stream, at its offsets,
+	// wherever it cannot be decoded at random from the archive (inside a
+	// zstd frame too big to decode per read, all of a bzip2 or xz
+	// stream): reads of those spans are served from this copy. All-zero
+	// 4 KiB blocks are not written, so a file stays sparse; the caller
+	// sets the final size (TarSize). Index.StreamOnly says whether it is
+	// needed at all.
+	Local io.WriterAt
 	// OnMember, if set, is called for every member in archive order,
 	// before it is added to the index, with a reader of its stored data
 	// (for a sparse file, its chunks back to back). The reader is valid
@@ -57,50 +64,39 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		log = slog.New(slog.DiscardHandler)
 	}
 	pr := &peekReader{r: r}
-	head, err := pr.peek(512)
+	codec, head, err := sniffStream(pr)
 	if err != nil {
 		return nil, fmt.Errorf("read archive start: %w", err)
+	}
+	if codec == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
 	}
 	b := newBuilder(log)
 	ix := b.ix
 	ix.Source = id
 	ix.Span = opts.Span
+	ix.Codec = codec
+	rec := newRecorder(ix, opts.Span, opts.Local)
 	var tarStream io.Reader
-	var gz *inflate.Reader
-	var hash *xxhash.Digest
-	switch codec := sniff(head); codec {
-	case CodecGzip:
-		ix.Codec = CodecGzip
-		hash = xxhash.New()
-		var werr error
-		gz = inflate.NewReader(pr, inflate.Options{
-			Span:   opts.Span,
-			OnData: func(p []byte) { hash.Write(p) },
-			OnCheckpoint: func(cp inflate.Checkpoint) {
-				c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
-				if len(cp.Window) > 0 {
-					c.window, werr = compressWindow(cp.Window)
-				}
-				if n := len(ix.Checkpoints); n > 0 && ix.Checkpoints[n-1].Out == c.Out {
-					ix.Checkpoints[n-1] = c
-					return
-				}
-				if len(ix.Checkpoints) > 0 {
-					ix.Digests = append(ix.Digests, hash.Sum64())
-				}
-				hash.Reset()
-				ix.Checkpoints = append(ix.Checkpoints, c)
-			},
-		})
-		if werr != nil {
-			return nil, werr
-		}
-		tarStream = gz
+	var dec passDecoder
+	switch codec {
 	case CodecNone:
-		ix.Codec = CodecNone
 		tarStream = pr
+	case CodecGzip:
+		dec = newGzipPass(pr, rec)
+	case CodecZstd:
+		if dec, err = newZstdPass(pr, rec); err != nil {
+			return nil, err
+		}
+	case CodecLZ4:
+		dec = newLZ4Pass(pr, rec)
 	default:
-		return nil, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
+		if dec, err = newLocalPass(pr, codec, rec); err != nil {
+			return nil, err
+		}
+	}
+	if dec != nil {
+		tarStream = dec
 	}
 
 	sc := tarscan.NewScanner(tarStream, opts.Limits)
@@ -118,8 +114,8 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			break
 		}
 		if err != nil {
-			if ix.Codec == CodecGzip && n == 0 && errors.Is(err, tarscan.ErrNotTar) {
-				return nil, fmt.Errorf("%w: gzip stream does not hold a tar archive", ErrUnsupported)
+			if codec != CodecNone && n == 0 && errors.Is(err, tarscan.ErrNotTar) {
+				return nil, fmt.Errorf("%w: %s stream does not hold a tar archive", ErrUnsupported, codec)
 			}
 			return nil, err
 		}
@@ -132,20 +128,25 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			return nil, err
 		}
 	}
-	switch ix.Codec {
-	case CodecGzip:
-		// Decode to the end: it verifies the checksum of the last member
-		// and gives the size of the last span.
-		if _, err := gz.Discard(math.MaxInt64); err != nil && err != io.EOF {
+	if dec == nil {
+		ix.TarSize = id.Size
+		ix.End = CompressedOffset(id.Size)
+	} else {
+		// Decode to the end: it verifies the trailing checksums and gives
+		// the size of the last span.
+		tarSize, end, err := dec.finish()
+		if err != nil {
 			return nil, err
 		}
-		ix.TarSize = gz.Offset()
-		ix.Digests = append(ix.Digests, hash.Sum64())
-		if gz.Trailing() {
+		if rec.err != nil {
+			return nil, rec.err
+		}
+		rec.finish()
+		ix.TarSize = tarSize
+		ix.End = CompressedOffset(end)
+		if g, ok := dec.(*gzipPass); ok && g.Trailing() {
 			log.Warn("data after the last gzip member ignored, as gzip -d does")
 		}
-	default:
-		ix.TarSize = id.Size
 	}
 	if opts.OnProgress != nil {
 		opts.OnProgress(pr.consumed)
@@ -157,15 +158,40 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	return ix, nil
 }
 
-// sniff tells the codec from the first bytes of the object.
-func sniff(head []byte) Codec {
-	switch {
-	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
-		return CodecGzip
-	case len(head) >= 512 && looksLikeTar(head[:512]):
-		return CodecNone
+// gzipPass decodes gzip with our inflater, which reports its checkpoints.
+type gzipPass struct {
+	*inflate.Reader
+	rec *recorder
+	err error
+}
+
+func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
+	g := &gzipPass{rec: rec}
+	g.Reader = inflate.NewReader(r, inflate.Options{
+		Span:   rec.span,
+		OnData: rec.write,
+		OnCheckpoint: func(cp inflate.Checkpoint) {
+			c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
+			if len(cp.Window) > 0 {
+				var err error
+				if c.window, err = compressWindow(cp.Window); err != nil && g.err == nil {
+					g.err = err
+				}
+			}
+			rec.mark(c)
+		},
+	})
+	return g
+}
+
+func (g *gzipPass) finish() (int64, int64, error) {
+	if _, err := g.Discard(math.MaxInt64); err != nil && err != io.EOF {
+		return 0, 0, err
 	}
-	return 0
+	if g.err != nil {
+		return 0, 0, g.err
+	}
+	return g.Offset(), g.rec.ix.Source.Size, nil
 }
 
 // looksLikeTar reports whether block is a tar header with a valid checksum
@@ -196,30 +222,6 @@ func looksLikeTar(block []byte) bool {
 	return want == unsigned || want == signed
 }
 
-// describe names what the first bytes of an unsupported object look like.
-func describe(head []byte) string {
-	magic := []struct {
-		prefix []byte
-		name   string
-	}{
-		{[]byte{0x28, 0xb5, 0x2f, 0xfd}, "zstd-compressed data (not supported yet)"},
-		{[]byte{0x04, 0x22, 0x4d, 0x18}, "lz4-compressed data (not supported yet)"},
-		{[]byte("BZh"), "bzip2-compressed data (not supported yet)"},
-		{[]byte{0xfd, '7', 'z', 'X', 'Z', 0}, "xz-compressed data (not supported yet)"},
-		{[]byte("PK\x03\x04"), "a zip archive"},
-		{[]byte("<"), "text or HTML, not an archive"},
-	}
-	for _, m := range magic {
-		if bytes.HasPrefix(head, m.prefix) {
-			return m.name
-		}
-	}
-	if len(head) == 0 {
-		return "empty object"
-	}
-	return fmt.Sprintf("not a tar archive or a known compressed format (starts with %x)", head[:min(len(head), 8)])
-}
-
 func compressWindow(w []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	fw, err := flate.NewWriter(&buf, flate.BestSpeed)
@@ -237,8 +239,9 @@ func decompressWindow(c []byte) ([]byte, error) {
 	if len(c) == 0 {
 		return nil, nil
 	}
-	w, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(c)), inflate.WindowSize+1))
-	if err != nil || len(w) > inflate.WindowSize {
+	const maxWindow = max(inflate.WindowSize, lz4WindowSize)
+	w, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(c)), maxWindow+1))
+	if err != nil || len(w) > maxWindow {
 		return nil, fmt.Errorf("%w: bad checkpoint window", ErrBadIndex)
 	}
 	return w, nil

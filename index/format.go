@@ -30,8 +30,9 @@ import (
 // in the string table:
 //
 //	identity     size, etag (uvarint length + bytes), last-modified (varint ns, 0 unknown), version id (like etag)
-//	archive      codec (byte), tar size, span
-//	checkpoints  count, then kind (byte), in, bit (byte), out, window length, window (DEFLATE)
+//	archive      codec (byte), tar size, span, end of the compressed data
+//	checkpoints  count, then kind (byte), in, bit (byte), flags (byte), out, window length,
+//	             window (DEFLATE)
 //	digests      count, then u64 LE each
 //	strtab       length, bytes
 //	owners       count, then uname (str), gname (str)
@@ -43,7 +44,9 @@ import (
 //	xattrs       count, then name (str), value (str)
 //	sparse       count, then offset, length
 const (
-	formatVersion = 1
+	// Version 2 added codecs zstd, lz4, bzip2 and xz, their checkpoint
+	// kinds, checkpoint flags and the end of the compressed data.
+	formatVersion = 2
 	headerSize    = 32
 	sumSize       = sha256.Size
 )
@@ -117,11 +120,13 @@ func (ix *Index) payload() []byte {
 	e.byte(uint8(ix.Codec))
 	e.uvarint(uint64(ix.TarSize))
 	e.uvarint(uint64(ix.Span))
+	e.uvarint(uint64(ix.End))
 	e.uvarint(uint64(len(ix.Checkpoints)))
 	for _, cp := range ix.Checkpoints {
 		e.byte(uint8(cp.Kind))
 		e.uvarint(uint64(cp.In))
 		e.byte(cp.Bit)
+		e.byte(cp.Flags)
 		e.uvarint(uint64(cp.Out))
 		e.raw(string(cp.window))
 	}
@@ -195,7 +200,7 @@ func Unmarshal(data []byte) (*Index, error) {
 		return nil, fmt.Errorf("%w: not a tarmount index", ErrBadIndex)
 	}
 	if v := binary.LittleEndian.Uint32(data[16:]); v != formatVersion {
-		return nil, fmt.Errorf("%w: version %d (this tarmount reads %d)", ErrVersion, v, formatVersion)
+		return nil, fmt.Errorf("%w: version %d (this tarmount reads %d; build a new index with tarmount index)", ErrVersion, v, formatVersion)
 	}
 	n := binary.LittleEndian.Uint64(data[24:])
 	if n != uint64(len(data)-headerSize-sumSize) {
@@ -324,25 +329,27 @@ func decodePayload(p []byte) (*Index, error) {
 	ix.Codec = Codec(d.byte("codec"))
 	ix.TarSize = int64(d.bounded("tar size", math.MaxInt64))
 	ix.Span = int64(d.bounded("span", math.MaxInt64))
-	if ix.Codec != CodecNone && ix.Codec != CodecGzip {
+	ix.End = CompressedOffset(d.bounded("end", uint64(ix.Source.Size)))
+	if ix.Codec < CodecNone || ix.Codec > CodecXz {
 		d.fail("codec")
 	}
-	ix.Checkpoints = make([]Checkpoint, d.count("checkpoints", 5))
+	ix.Checkpoints = make([]Checkpoint, d.count("checkpoints", 6))
 	for i := range ix.Checkpoints {
 		cp := &ix.Checkpoints[i]
 		cp.Kind = inflate.Kind(d.byte("checkpoint kind"))
-		cp.In = CompressedOffset(d.bounded("checkpoint", uint64(ix.Source.Size)))
+		cp.In = CompressedOffset(d.bounded("checkpoint", uint64(ix.End)))
 		cp.Bit = d.byte("checkpoint bit")
+		cp.Flags = d.byte("checkpoint flags")
 		cp.Out = UncompressedOffset(d.bounded("checkpoint", uint64(ix.TarSize)))
 		if w := d.bytes("checkpoint window", d.uvarint("checkpoint window")); len(w) > 0 {
 			cp.window = w
 		}
-		if cp.Bit > 7 || (cp.Kind != inflate.KindMember && cp.Kind != inflate.KindBlock) ||
+		if cp.Bit > 7 || !kindAllowed(ix.Codec, cp.Kind) ||
 			i == 0 && cp.Out != 0 || i > 0 && cp.Out <= ix.Checkpoints[i-1].Out {
 			d.fail("checkpoint")
 		}
 	}
-	if ix.Codec == CodecGzip && len(ix.Checkpoints) == 0 {
+	if ix.Codec != CodecNone && len(ix.Checkpoints) == 0 {
 		d.fail("checkpoints")
 	}
 	ix.Digests = make([]uint64, d.count("digests", 8))
@@ -421,6 +428,22 @@ func decodePayload(p []byte) (*Index, error) {
 		return nil, err
 	}
 	return ix, nil
+}
+
+// kindAllowed reports whether a checkpoint of kind k may appear in an
+// archive compressed with c.
+func kindAllowed(c Codec, k inflate.Kind) bool {
+	switch c {
+	case CodecGzip:
+		return k == inflate.KindMember || k == inflate.KindBlock
+	case CodecZstd:
+		return k == kindFrame || k == kindLocal
+	case CodecLZ4:
+		return k == kindFrame || k == kindLZ4Block || k == kindLZ4Legacy
+	case CodecBzip2, CodecXz:
+		return k == kindLocal
+	}
+	return false
 }
 
 // validate checks the references between records, so that accessors never

@@ -34,6 +34,10 @@ type Codec uint8
 const (
 	CodecNone Codec = iota + 1
 	CodecGzip
+	CodecZstd
+	CodecLZ4
+	CodecBzip2
+	CodecXz
 )
 
 func (c Codec) String() string {
@@ -42,16 +46,29 @@ func (c Codec) String() string {
 		return "tar"
 	case CodecGzip:
 		return "gzip"
+	case CodecZstd:
+		return "zstd"
+	case CodecLZ4:
+		return "lz4"
+	case CodecBzip2:
+		return "bzip2"
+	case CodecXz:
+		return "xz"
 	}
 	return "unknown"
 }
 
 // Checkpoint is a place in the compressed stream where decoding resumes.
+// Kind is inflate's for gzip, or one of this package's for other codecs.
 type Checkpoint struct {
 	Kind inflate.Kind
 	In   CompressedOffset
-	Bit  uint8
-	Out  UncompressedOffset
+	// Bit is the gzip bit offset (0-7) in byte In.
+	Bit uint8
+	// Flags is codec state at the checkpoint: the frame's FLG byte for an
+	// lz4 block.
+	Flags uint8
+	Out   UncompressedOffset
 	// window is the preceding output, compressed with DEFLATE (nil when
 	// there is none).
 	window []byte
@@ -67,6 +84,10 @@ type Index struct {
 	TarSize int64
 	// Span is the decoded distance between checkpoints asked for at build.
 	Span int64
+	// End is where the compressed data of the last span ends: the end of
+	// the last frame or member (trailing skippable frames, such as a seek
+	// table or an embedded index, lie beyond it).
+	End CompressedOffset
 	// Checkpoints are sorted by Out; the first is at 0. Empty for CodecNone.
 	Checkpoints []Checkpoint
 	// Digests[i] is the xxhash64 of the decoded bytes from Checkpoints[i]
@@ -226,6 +247,18 @@ func (ix *Index) StoredSize(id EntryID) int64 {
 		n += c.Length
 	}
 	return n
+}
+
+// StreamOnly reports whether some spans can only be read from the local
+// decoded copy that the index pass writes (BuildOptions.Local,
+// ReaderOptions.Local): a single-frame zstd archive, bzip2, xz.
+func (ix *Index) StreamOnly() bool {
+	for i := range ix.Checkpoints {
+		if ix.Checkpoints[i].Kind == kindLocal {
+			return true
+		}
+	}
+	return false
 }
 
 // span returns the index of the checkpoint span that holds off.

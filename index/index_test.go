@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -367,7 +368,9 @@ func TestBuildErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrUnsupported},
 		{"text", []byte("<html>not found</html>"), ErrUnsupported},
-		{"zstd", []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, ErrUnsupported},
+		{"zstd cut short", []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, ErrCorrupt},
+		{"zip", []byte("PK\x03\x04 and more"), ErrUnsupported},
+		{"bzip2 header only", []byte("BZh9 not really"), ErrUnsupported},
 		{"gzip of text", gzipBytes(bytes.Repeat([]byte("not a tar "), 100), 6), ErrUnsupported},
 		{"truncated gzip", gz[:len(gz)/2], nil},
 		{"truncated tar", raw[:len(raw)/2+100], nil},
@@ -433,6 +436,7 @@ func goldenIndex() *Index {
 	ix.Codec = CodecGzip
 	ix.Span = 1 << 20
 	ix.TarSize = 1 << 21
+	ix.End = 12000
 	w, _ := compressWindow(bytes.Repeat([]byte("window"), 100))
 	ix.Checkpoints = []Checkpoint{{Kind: 1, In: 0, Out: 0}, {Kind: 2, In: 4000, Bit: 3, Out: 1 << 20, window: w}}
 	ix.Digests = []uint64{0x1122334455667788, 0x99aabbccddeeff00}
@@ -691,4 +695,17 @@ func TestBuildOnMember(t *testing.T) {
 			t.Fatalf("got %v, want the callback's error", err)
 		}
 	})
+}
+
+// TestOldVersionRefused checks that an index of an older format is
+// refused with ErrVersion and a hint to rebuild it.
+func TestOldVersionRefused(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "golden-v1.idx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Unmarshal(data)
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "tarmount index") {
+		t.Fatalf("got %v, want ErrVersion naming tarmount index", err)
+	}
 }

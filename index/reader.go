@@ -36,6 +36,11 @@ type ReaderOptions struct {
 	// the cache holds.
 	Readahead int
 	Logger    *slog.Logger
+	// Local is the decoded tar stream as the index pass wrote it
+	// (BuildOptions.Local), read for the spans that cannot be decoded
+	// from the archive when the index is StreamOnly. Bytes read from it
+	// are checked against the span digests like decoded ones.
+	Local io.ReaderAt
 }
 
 // Reader reads entries of an archive through its index: a read fetches
@@ -46,6 +51,7 @@ type Reader struct {
 	*Index
 	// set once
 	src    Source
+	local  io.ReaderAt
 	log    *slog.Logger
 	limit  int64              // bytes of decoded spans kept
 	ahead  int                // spans decoded ahead of a sequential reader
@@ -118,6 +124,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	r := &Reader{
 		Index:  ix,
 		src:    src,
+		local:  opts.Local,
 		log:    log,
 		ctx:    ctx,
 		cancel: cancel,
@@ -378,16 +385,63 @@ func (r *Reader) evictLocked() {
 	}
 }
 
-// decodeSpan fetches the compressed bytes of span i, decodes them from the
-// checkpoint and checks them against the span's digest.
+// decodeSpan returns the decoded bytes of span i: it fetches the span's
+// compressed bytes and decodes them from its checkpoint with the codec's
+// span decoder (or reads them from the local copy), then checks them
+// against the span's digest. It is the one way every codec's spans are read.
 func (r *Reader) decodeSpan(ctx context.Context, i int) ([]byte, error) {
 	cp := r.Checkpoints[i]
 	size := r.spanEnd(i) - int64(cp.Out)
-	compEnd := r.Source.Size
+	var data []byte
+	var err error
+	if cp.Kind == kindLocal {
+		data, err = r.readLocal(i, size)
+	} else {
+		data, err = r.decodeFromArchive(ctx, i, size)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if got := xxhash.Sum64(data); got != r.Digests[i] {
+		r.log.Error("span digest mismatch", "span", i, "off", cp.Out, "local", cp.Kind == kindLocal)
+		return nil, fmt.Errorf("%w: span %d at %d: digest mismatch", ErrCorrupt, i, cp.Out)
+	}
+	return data, nil
+}
+
+// ErrNoLocalCopy is returned for a span of a stream-only archive when no
+// local decoded copy was given.
+var ErrNoLocalCopy = errors.New("index: stream-only archive read without its local decoded copy")
+
+// readLocal reads span i from the local decoded copy.
+func (r *Reader) readLocal(i int, size int64) ([]byte, error) {
+	if r.local == nil {
+		return nil, ErrNoLocalCopy
+	}
+	data := make([]byte, size)
+	n, err := r.local.ReadAt(data, int64(r.Checkpoints[i].Out))
+	if n == len(data) {
+		err = nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: span %d from the local copy: %v", ErrCorrupt, i, err)
+	}
+	return data, nil
+}
+
+// decodeFromArchive fetches the compressed bytes of span i and decodes
+// them from its checkpoint into size bytes.
+func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64) ([]byte, error) {
+	cp := r.Checkpoints[i]
+	compEnd := int64(r.End)
 	if i+1 < len(r.Checkpoints) {
-		// The next checkpoint's first bit lies in byte In; a member
-		// checkpoint starts at In itself.
-		compEnd = min(compEnd, int64(r.Checkpoints[i+1].In)+1)
+		// The next checkpoint's first bit lies in byte In; a frame or
+		// member checkpoint starts at In itself.
+		next := r.Checkpoints[i+1]
+		compEnd = min(compEnd, int64(next.In))
+		if next.Kind == inflate.KindBlock {
+			compEnd++
+		}
 	}
 	if compEnd <= int64(cp.In) {
 		return nil, fmt.Errorf("%w: span %d has no compressed bytes", ErrCorrupt, i)
@@ -401,19 +455,45 @@ func (r *Reader) decodeSpan(ctx context.Context, i int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	var data []byte
+	switch r.Codec {
+	case CodecGzip:
+		data, err = decodeGzipSpan(comp, cp, window, size)
+	case CodecZstd:
+		data, err = decodeZstdSpan(comp, size)
+	case CodecLZ4:
+		data, err = decodeLZ4Span(comp, cp, window, size)
+	default:
+		err = fmt.Errorf("no span decoder for %s", r.Codec)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: decode span %d: %v", ErrCorrupt, i, err)
+	}
+	return data, nil
+}
+
+func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64) ([]byte, error) {
 	z, err := inflate.NewReaderAt(bytes.NewReader(comp), inflate.Checkpoint{
 		Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window,
 	}, inflate.Options{Limit: size})
 	if err != nil {
-		return nil, fmt.Errorf("%w: span %d: %v", ErrCorrupt, i, err)
+		return nil, err
 	}
 	data := make([]byte, size)
 	if _, err := io.ReadFull(z, data); err != nil {
-		return nil, fmt.Errorf("%w: decode span %d: %v", ErrCorrupt, i, err)
+		return nil, err
 	}
-	if got := xxhash.Sum64(data); got != r.Digests[i] {
-		r.log.Error("span digest mismatch", "span", i, "off", cp.Out)
-		return nil, fmt.Errorf("%w: span %d at %d: digest mismatch", ErrCorrupt, i, cp.Out)
+	return data, nil
+}
+
+func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64) ([]byte, error) {
+	d, err := newLZ4Span(comp, cp, window)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(d, data); err != nil {
+		return nil, err
 	}
 	return data, nil
 }

@@ -2,7 +2,7 @@
 # The test command (README and .ci/run call exactly this):
 #   installs what is missing (scripts/deps.sh), detaches leftover test mounts,
 #   runs go vet and the whole test suite under the race detector, fuzzes the
-#   gzip and tar decoders briefly, detaches leftovers again, and exits
+#   gzip and tar decoders and the zstd and lz4 frame walkers briefly, detaches leftovers again, and exits
 #   non-zero if anything failed.
 #
 # Test mounts are recognised by their filesystem type: tests mount with
@@ -62,11 +62,18 @@ go test -race -count=1 -timeout 40m "$@" ./... || status=$?
 # crasher lands in the package's testdata/fuzz and fails the run.
 fuzztime="${FUZZTIME:-20s}"
 if [[ $# -eq 0 && "$fuzztime" != "0" ]]; then
-	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan; do
-		echo "test.sh: fuzzing ${target%%:*} for $fuzztime"
+	# The frame walkers get half the time each (FUZZTIME=20s: 10 s).
+	walkertime="$fuzztime"
+	if [[ "$fuzztime" =~ ^([0-9]+)s$ ]]; then
+		walkertime="$(((${BASH_REMATCH[1]} + 1) / 2))s"
+	fi
+	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index; do
+		t="$fuzztime"
+		[[ "${target%%:*}" == Fuzz*Frames ]] && t="$walkertime"
+		echo "test.sh: fuzzing ${target%%:*} for $t"
 		# Go's minimizer is quadratic on inputs of kilobytes: cap it, or a
 		# short run spends its time minimizing instead of fuzzing.
-		go test -run '^$' -fuzz "^${target%%:*}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1s "${target#*:}" || status=$?
+		go test -run '^$' -fuzz "^${target%%:*}\$" -fuzztime "$t" -fuzzminimizetime 1s "${target#*:}" || status=$?
 	done
 fi
 exit "$status"

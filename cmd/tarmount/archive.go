@@ -34,6 +34,7 @@ type archive struct {
 	disk   *fetch.DiskCache // nil = none
 	ix     *index.Index
 	reader *index.Reader
+	local  *os.File // the decoded copy of a stream-only archive
 }
 
 func (a *archive) Close(log *slog.Logger) {
@@ -45,6 +46,9 @@ func (a *archive) Close(log *slog.Logger) {
 		a.reader.Close()
 	}
 	a.blocks.Close()
+	if a.local != nil {
+		a.local.Close()
+	}
 	if a.disk != nil {
 		a.disk.Close()
 	}
@@ -97,7 +101,37 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 		}
 	}
 	if a.ix == nil {
-		a.ix, err = buildIndex(ctx, a, c, log)
+		// A packed archive carries its index: no pass at all.
+		ix, err := index.LoadEmbedded(ctx, src, id)
+		switch {
+		case err == nil:
+			log.Info("index embedded in the archive", "src", src.String(), "entries", ix.Len())
+			a.ix = ix
+			if err := a.ix.Save(cached); err != nil {
+				log.Warn("could not save index", "path", cached, "err", err)
+			}
+		case !errors.Is(err, index.ErrNoEmbeddedIndex):
+			log.Warn("embedded index unusable, indexing", "src", src.String(), "err", err)
+		}
+	}
+	localPath := localCopyPath(c.cacheDir, cached)
+	if a.ix != nil && a.ix.StreamOnly() {
+		if a.local = openLocalCopy(localPath, a.ix.TarSize); a.local == nil {
+			log.Info("the decoded copy of this stream-only archive is gone: decoding it again", "path", localPath)
+			a.ix = nil
+		}
+	}
+	if a.ix == nil {
+		lw := &localWriter{path: localPath, limit: c.cacheDecoded, log: log}
+		a.ix, err = buildIndex(ctx, a, c, log, lw)
+		if err == nil && a.ix.StreamOnly() {
+			if err = lw.commit(a.ix.TarSize); err == nil {
+				if a.local = openLocalCopy(localPath, a.ix.TarSize); a.local == nil {
+					err = fmt.Errorf("decoded copy %s vanished", localPath)
+				}
+			}
+		}
+		lw.discard()
 		if err != nil {
 			a.Close(log)
 			return nil, err
@@ -106,6 +140,11 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 			log.Warn("could not save index", "path", cached, "err", err)
 		}
 	}
+	if a.ix.StreamOnly() {
+		log.Warn("stream-only archive: "+streamOnlyReason(a.ix.Codec)+"; reads are served from its decoded copy on disk. "+
+			"For random access from the archive itself, make a seekable one: tarmount pack URL -o OUT.tar.zst",
+			"src", a.src.String(), "path", localPath, "len", a.ix.TarSize)
+	}
 	// A gzip span is fetched with one exact range request (kept on disk
 	// when there is a disk cache); plain tar reads go through the block
 	// cache.
@@ -113,7 +152,11 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	if a.ix.Codec != index.CodecNone {
 		rs = a.blocks.Ranges()
 	}
-	a.reader = index.NewReader(a.ix, rs, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Readahead: c.readahead, Logger: log})
+	ropts := index.ReaderOptions{CacheBytes: c.cacheMem / 2, Readahead: c.readahead, Logger: log}
+	if a.local != nil {
+		ropts.Local = a.local
+	}
+	a.reader = index.NewReader(a.ix, rs, ropts)
 	return a, nil
 }
 
@@ -138,7 +181,7 @@ func sameIdentity(a, b fetch.Identity) bool {
 	return a.Size == b.Size && a.ETag == b.ETag && a.VersionID == b.VersionID && a.LastModified.Equal(b.LastModified)
 }
 
-func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger) (*index.Index, error) {
+func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger, local *localWriter) (*index.Index, error) {
 	start := time.Now()
 	size := a.src.Identity().Size
 	log.Info("indexing", "src", a.src.String(), "size", size)
@@ -148,6 +191,7 @@ func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger) (*
 	ix, err := index.Build(ctx, stream, a.src.Identity(), index.BuildOptions{
 		Span:   c.span,
 		Logger: log,
+		Local:  local,
 		OnProgress: func(consumed int64) {
 			if now := time.Now(); now.Sub(last) >= 2*time.Second {
 				last = now

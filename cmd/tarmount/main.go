@@ -4,6 +4,7 @@
 //	tarmount [flags] URL MOUNTPOINT     mount; stays in the foreground until unmounted or signalled
 //	tarmount index [flags] URL          build (or refresh) the index; -o FILE writes it there too
 //	tarmount unmount MOUNTPOINT         unmount; detaches lazily when busy, clears a dead mount
+//	tarmount pack SRC -o OUT.tar.zst    write a seekable zstd tarball with its index embedded
 package main
 
 import (
@@ -24,10 +25,15 @@ const usage = `Usage:
   tarmount [flags] URL MOUNTPOINT    mount the archive read-only (foreground; Ctrl-C unmounts)
   tarmount index [flags] URL         build and save the index of the archive
   tarmount unmount MOUNTPOINT        unmount (lazily when busy; clears a dead mount)
+  tarmount pack SRC -o OUT.tar.zst   write SRC (a directory or a tarball of any codec) as
+                                     seekable zstd with the index embedded: it mounts
+                                     without an index pass; zstd -d still reads it
 
 URL is http://..., https://..., s3://bucket/key, file:///path or a path.
-Archives: .tar and .tar.gz (gzip, pigz, multi-member), recognised by their
-content. s3:// uses the standard AWS credentials (AWS_ACCESS_KEY_ID and
+Archives: .tar, .tar.gz (gzip, pigz, multi-member), .tar.zst (seekable,
+multi-frame, single-frame), .tar.lz4 (frames, legacy), .tar.bz2 and .tar.xz,
+recognised by their content. Single-frame zstd, bzip2 and xz are
+stream-only: the first mount decodes them to CACHE-DIR/decoded. s3:// uses the standard AWS credentials (AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY, AWS_PROFILE or --profile, web identity, instance
 role), like the AWS CLI.
 
@@ -37,6 +43,7 @@ Examples:
   tarmount index https://example.com/runtime.tar.gz -o runtime.tar.gz.idx
   tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz.idx
   tarmount s3://bucket/runtime.tar.gz /mnt/runtime --endpoint-url http://127.0.0.1:7070
+  tarmount pack ./runtime/ -o runtime.tar.zst
 
 Flags:
 `
@@ -63,13 +70,16 @@ type config struct {
 	workers   int
 	cacheMem  int64
 	cacheDisk int64
-	mountName string
-	readahead int
-	headers   headerFlag
-	http1     bool
-	blockSize int64
-	s3        s3Flags
-	retry     retryConfig
+	// cacheDecoded bounds the decoded copies of stream-only archives.
+	cacheDecoded int64
+	level        int // pack: zstd level
+	mountName    string
+	readahead    int
+	headers      headerFlag
+	http1        bool
+	blockSize    int64
+	s3           s3Flags
+	retry        retryConfig
 }
 
 // headerFlag collects -H 'Name: value' flags.
@@ -105,7 +115,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.verbose, "v", false, "verbose: log every step at debug level")
 	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes and cached archive blocks live")
 	fs.StringVar(&c.indexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
-	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index: output file)")
+	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index and pack: output file)")
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.blockSize, "block-size", 4<<20, "bytes per fetched block (streaming and plain tar reads)")
@@ -115,11 +125,13 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.http1, "http1", false, "never use HTTP/2, even when the server offers it (default: HTTP/2 over TLS when offered, on as many connections as fetch workers)")
 	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
 	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts, whole copies from servers that ignore ranges included (0: none; local archives never)")
+	fs.Int64Var(&c.cacheDecoded, "cache-decoded", 20<<30, "bytes of decoded tar kept on disk under CACHE-DIR/decoded for stream-only archives (single-frame zstd, bzip2, xz), in all")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket (default: asked from the server)")
 	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: URL of an S3-compatible server (default: $AWS_ENDPOINT_URL, else AWS)")
 	fs.StringVar(&c.s3.profile, "profile", "", "s3: profile of the shared AWS config files (default: $AWS_PROFILE)")
 	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned (public buckets)")
+	fs.IntVar(&c.level, "level", 3, "pack: zstd compression level (1-22, mapped to the encoder's four speeds)")
 	c.retry.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
@@ -153,7 +165,7 @@ func run(args []string, stderr io.Writer) error {
 	cmd := "mount"
 	if len(args) > 0 {
 		switch args[0] {
-		case "index", "unmount", "umount", "mount":
+		case "index", "unmount", "umount", "mount", "pack":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -184,6 +196,11 @@ func run(args []string, stderr io.Writer) error {
 		}
 		c.output = c.options
 		return indexCmd(ctx, pos[0], &c, log)
+	case "pack":
+		if len(pos) != 1 {
+			return fmt.Errorf("usage: tarmount pack SRC -o OUT.tar.zst")
+		}
+		return packCmd(ctx, pos[0], c.options, &c, log)
 	default:
 		if len(pos) != 2 {
 			fs.Usage()

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	seekablezstd "github.com/SaveTheRbtz/zstd-seekable-format-go/pkg"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,7 +31,14 @@ type Spec struct {
 	Format string
 	// Codec is "none", "gzip" (gzip -6), "pigz" (pigz -6, one member with
 	// pigz's block layout) or "gzip-multi" (the tar cut into MultiPieceSize
-	// pieces, each gzipped, the members concatenated).
+	// pieces, each gzipped, the members concatenated); "zstd" (zstd -3
+	// from a pipe, as tar --zstd: one frame of unknown size), "pzstd"
+	// (pzstd -p 2: frames behind skippable frames), "zstd-multi" (Go:
+	// one frame per MultiPieceSize), "zstd-seekable" (Go: the seekable
+	// format, a frame per 1 MiB and a seek table); "lz4" (lz4 CLI:
+	// independent 4 MiB blocks), "lz4-linked" (lz4 -BD -B4), "lz4-legacy"
+	// (lz4 -l), "lz4-go" (pierrec/lz4, 256 KiB blocks with checksums);
+	// "bzip2" (bzip2 -9), "xz" (xz -6) or "xz-mt" (xz -T2, several blocks).
 	Codec string
 }
 
@@ -40,8 +50,17 @@ func (s Spec) String() string { return s.Tool + "-" + s.Format + "-" + s.Codec }
 
 // Ext is the usual file name extension for the spec's codec.
 func (s Spec) Ext() string {
-	if s.Codec == "none" || s.Codec == "" {
+	switch {
+	case s.Codec == "none" || s.Codec == "":
 		return ".tar"
+	case strings.Contains(s.Codec, "zstd"):
+		return ".tar.zst"
+	case strings.HasPrefix(s.Codec, "lz4"):
+		return ".tar.lz4"
+	case s.Codec == "bzip2":
+		return ".tar.bz2"
+	case strings.HasPrefix(s.Codec, "xz"):
+		return ".tar.xz"
 	}
 	return ".tar.gz"
 }
@@ -50,7 +69,8 @@ func (s Spec) Ext() string {
 var (
 	Tools   = []string{"gnutar", "bsdtar", "go"}
 	Formats = []string{"gnu", "posix", "pax", "ustar"}
-	Codecs  = []string{"none", "gzip", "pigz", "gzip-multi"}
+	Codecs  = []string{"none", "gzip", "pigz", "gzip-multi", "zstd", "pzstd", "zstd-multi", "zstd-seekable",
+		"lz4", "lz4-linked", "lz4-legacy", "lz4-go", "bzip2", "xz", "xz-mt"}
 )
 
 // TreeOptionsFor returns the TreeOptions that drop what spec cannot store,
@@ -113,6 +133,26 @@ func archive(srcDir, outPath string, spec Spec) error {
 		return compressCLI(tarPath, outPath, "pigz", "-6", "-n", "-c")
 	case "gzip-multi":
 		return gzipMulti(tarPath, outPath, MultiPieceSize)
+	case "zstd":
+		return compressCLI(tarPath, outPath, "zstd", "-3", "-q", "-c")
+	case "pzstd":
+		return compressCLI(tarPath, outPath, "pzstd", "-p", "2", "-3", "-q", "-c")
+	case "zstd-multi", "zstd-seekable":
+		return zstdGo(tarPath, outPath, spec.Codec == "zstd-seekable")
+	case "lz4":
+		return compressCLI(tarPath, outPath, "lz4", "-q", "-c")
+	case "lz4-linked":
+		return compressCLI(tarPath, outPath, "lz4", "-BD", "-B4", "-q", "-c")
+	case "lz4-legacy":
+		return compressCLI(tarPath, outPath, "lz4", "-l", "-q", "-c")
+	case "lz4-go":
+		return lz4Go(tarPath, outPath)
+	case "bzip2":
+		return compressCLI(tarPath, outPath, "bzip2", "-9", "-c")
+	case "xz":
+		return compressCLI(tarPath, outPath, "xz", "-6", "-c")
+	case "xz-mt":
+		return compressCLI(tarPath, outPath, "xz", "-T2", "--block-size=1MiB", "-c")
 	}
 	return fmt.Errorf("unknown codec %q", spec.Codec)
 }
@@ -249,6 +289,73 @@ func gzipMulti(inPath, outPath string, piece int) error {
 			out.Close()
 			return rerr
 		}
+	}
+	return out.Close()
+}
+
+// zstdGo writes inPath as zstd frames of MultiPieceSize decoded bytes,
+// with a seek table (the seekable format) when seekable is set.
+func zstdGo(inPath, outPath string, seekable bool) error {
+	data, err := os.ReadFile(inPath)
+	if err != nil {
+		return err
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	defer enc.Close()
+	var out bytes.Buffer
+	var w io.Writer = &out
+	var sw *seekablezstd.Writer
+	if seekable {
+		if sw, err = seekablezstd.NewWriter(&out, enc); err != nil {
+			return err
+		}
+		w = sw
+	}
+	for i := 0; i < len(data); i += MultiPieceSize {
+		piece := data[i:min(i+MultiPieceSize, len(data))]
+		if seekable {
+			if _, err := w.Write(piece); err != nil {
+				return err
+			}
+			continue
+		}
+		out.Write(enc.EncodeAll(piece, nil))
+	}
+	if seekable {
+		if err := sw.Close(); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(outPath, out.Bytes(), 0o644)
+}
+
+// lz4Go writes inPath as an lz4 frame with pierrec/lz4: 256 KiB
+// independent blocks with block and content checksums.
+func lz4Go(inPath, outPath string) error {
+	in, err := os.Open(inPath)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(outPath)
+	if err != nil {
+		return err
+	}
+	w := lz4.NewWriter(out)
+	if err := w.Apply(lz4.BlockSizeOption(lz4.Block256Kb), lz4.BlockChecksumOption(true), lz4.ChecksumOption(true)); err != nil {
+		out.Close()
+		return err
+	}
+	if _, err := io.Copy(w, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := w.Close(); err != nil {
+		out.Close()
+		return err
 	}
 	return out.Close()
 }
@@ -410,8 +517,16 @@ func Extract(t testing.TB, archive, dir string) {
 	// otherwise set a directory's mtime before it is done writing into it.
 	// --warning=no-unknown-keyword: bsdtar writes each xattr twice, as
 	// SCHILY.xattr (which GNU tar restores) and LIBARCHIVE.xattr.
-	cmd := exec.Command("tar", "-x", "--xattrs", "--xattrs-include=*", "--same-owner", "-p", "--numeric-owner",
-		"--delay-directory-restore", "--warning=no-unknown-keyword", "-f", archive, "-C", dir)
+	args := []string{"-x"}
+	// GNU tar recognises gzip, bzip2, xz and plain zstd, but neither lz4
+	// nor zstd that starts with a skippable frame (pzstd, seekable).
+	if head := readHead(archive); bytes.HasPrefix(head, []byte{0x04, 0x22, 0x4d, 0x18}) || bytes.HasPrefix(head, []byte{0x02, 0x21, 0x4c, 0x18}) {
+		args = append(args, "-I", "lz4 -d")
+	} else if len(head) == 4 && head[1] == 0x2a && head[2] == 0x4d && head[3] == 0x18 || bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		args = append(args, "-I", "zstd -d")
+	}
+	cmd := exec.Command("tar", append(args, "--xattrs", "--xattrs-include=*", "--same-owner", "-p", "--numeric-owner",
+		"--delay-directory-restore", "--warning=no-unknown-keyword", "-f", archive, "-C", dir)...)
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("corpus: extract %s: %v: %s", archive, err, strings.TrimSpace(stderr.String()))
@@ -419,4 +534,16 @@ func Extract(t testing.TB, archive, dir string) {
 	if stderr.Len() > 0 {
 		t.Fatalf("corpus: extract %s: warnings: %s", archive, strings.TrimSpace(stderr.String()))
 	}
+}
+
+// readHead returns the first 4 bytes of a file (fewer if it is shorter).
+func readHead(path string) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b := make([]byte, 4)
+	n, _ := io.ReadFull(f, b)
+	return b[:n]
 }

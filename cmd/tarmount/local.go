@@ -1,0 +1,183 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tarmount/tarmount/index"
+)
+
+// Stream-only archives (a single-frame zstd, bzip2, xz) cannot be decoded
+// from the middle: the index pass writes the decoded tar stream to
+// CACHE-DIR/decoded/KEY.tar (sparse: zero blocks are holes) and reads are
+// served from there, checked against the index's span digests. The files
+// are bounded by --cache-decoded in all: before a pass writes more, the
+// least recently used copies of other archives are removed (a mount using
+// one keeps its open file). A saved index whose copy is gone is rebuilt
+// by a new pass, which writes the copy again.
+
+// localCopyPath names the decoded copy of an archive, next to its index's
+// name in the cache.
+func localCopyPath(cacheDir, indexPath string) string {
+	return filepath.Join(cacheDir, "decoded", strings.TrimSuffix(filepath.Base(indexPath), ".idx")+".tar")
+}
+
+// errLocalFull says that a stream-only archive decodes to more than the
+// bound.
+var errLocalFull = errors.New("decoded archive larger than --cache-decoded")
+
+// localWriter writes the decoded copy during the index pass into a
+// temporary file, created on the first write, and enforces the bound.
+type localWriter struct {
+	path  string // final name
+	limit int64
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	f       *os.File
+	budget  int64 // bytes this copy may reach
+	evicted bool  // old copies were removed for it already
+}
+
+func (w *localWriter) WriteAt(p []byte, off int64) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	end := off + int64(len(p))
+	if w.f == nil {
+		if err := os.MkdirAll(filepath.Dir(w.path), 0o755); err != nil {
+			return 0, err
+		}
+		f, err := os.CreateTemp(filepath.Dir(w.path), ".tmp-*.tar")
+		if err != nil {
+			return 0, err
+		}
+		w.f = f
+		w.budget = w.limit - usedBy(filepath.Dir(w.path), w.f.Name())
+	}
+	if end > w.budget && !w.evicted {
+		w.evicted = true
+		w.budget = w.limit - evictLocal(filepath.Dir(w.path), w.f.Name(), w.limit, w.log)
+	}
+	if end > w.budget {
+		return 0, fmt.Errorf("%w (%d bytes): raise it, or make a seekable archive with tarmount pack", errLocalFull, w.limit)
+	}
+	return w.f.WriteAt(p, off)
+}
+
+// commit gives the copy its final size and name; without a copy (the
+// archive has checkpoints) it does nothing.
+func (w *localWriter) commit(size int64) error {
+	if w.f == nil {
+		return errors.New("stream-only archive without a decoded copy")
+	}
+	if err := w.f.Truncate(size); err != nil {
+		return err
+	}
+	if err := w.f.Close(); err != nil {
+		return err
+	}
+	err := os.Rename(w.f.Name(), w.path)
+	w.f = nil
+	return err
+}
+
+// discard removes the temporary file, if any.
+func (w *localWriter) discard() {
+	if w.f != nil {
+		w.f.Close()
+		os.Remove(w.f.Name())
+		w.f = nil
+	}
+}
+
+// usedBy returns the bytes the other files in dir take on disk.
+func usedBy(dir, except string) int64 {
+	var n int64
+	for _, e := range localCopies(dir, except) {
+		n += e.size
+	}
+	return n
+}
+
+type localFile struct {
+	path  string
+	size  int64
+	mtime time.Time
+}
+
+func localCopies(dir, except string) []localFile {
+	ents, _ := os.ReadDir(dir)
+	var out []localFile
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if p == except || !strings.HasSuffix(e.Name(), ".tar") {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			out = append(out, localFile{p, diskUsage(info), info.ModTime()})
+		}
+	}
+	return out
+}
+
+// evictLocal removes the least recently used decoded copies in dir, until
+// they take at most half of limit, and returns what the rest take.
+func evictLocal(dir, except string, limit int64, log *slog.Logger) int64 {
+	files := localCopies(dir, except)
+	sort.Slice(files, func(i, j int) bool { return files[i].mtime.Before(files[j].mtime) })
+	var used int64
+	for _, f := range files {
+		used += f.size
+	}
+	for _, f := range files {
+		if used <= limit/2 {
+			break
+		}
+		if err := os.Remove(f.path); err == nil {
+			used -= f.size
+			log.Info("removed the decoded copy of another archive to make room", "path", f.path, "len", f.size)
+		}
+	}
+	return used
+}
+
+// openLocalCopy opens the decoded copy of a stream-only archive, or
+// returns nil when there is none of the right size.
+func openLocalCopy(path string, size int64) *os.File {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Size() != size {
+		f.Close()
+		return nil
+	}
+	now := time.Now()
+	os.Chtimes(path, now, now) // most recently used
+	return f
+}
+
+// diskUsage returns the bytes a file takes on disk (less than its size
+// when sparse).
+func diskUsage(info os.FileInfo) int64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return info.Size()
+}
+
+// streamOnlyReason says why an archive cannot be read at random.
+func streamOnlyReason(c index.Codec) string {
+	if c == index.CodecZstd {
+		return "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)"
+	}
+	return c.String() + " streams are decoded from their start"
+}

@@ -1,0 +1,166 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/tests/treecmp"
+)
+
+// TestMountEveryCodec mounts the corpus tree compressed with every codec
+// and variant (made by the zstd, pzstd, lz4, bzip2 and xz CLIs and by Go),
+// from a path and over HTTP, with a small span so that archives have many
+// checkpoints and one zstd frame is "too big", and compares every entry
+// with what GNU tar extracts. Stream-only archives say so once at mount.
+func TestMountEveryCodec(t *testing.T) {
+	needFUSE(t)
+	cases := []struct {
+		codec      string
+		streamOnly bool
+		span       string
+	}{
+		{"zstd", true, ""},
+		// pzstd -3 writes frames of 8 MiB: checkpoints need a span of
+		// at least 1 MiB (frames up to 8 spans are decoded whole).
+		{"pzstd", false, "1048576"},
+		{"zstd-multi", false, ""},
+		{"zstd-seekable", false, ""},
+		{"lz4", false, ""},
+		{"lz4-linked", false, ""},
+		{"lz4-legacy", false, ""},
+		{"lz4-go", false, ""},
+		{"bzip2", true, ""},
+		{"xz", true, ""},
+		{"xz-mt", true, ""},
+	}
+	for _, tc := range cases {
+		spec := corpus.Spec{Tool: "gnutar", Format: "posix", Codec: tc.codec}
+		span := tc.span
+		if span == "" {
+			span = "262144"
+		}
+		t.Run(tc.codec, func(t *testing.T) {
+			t.Parallel()
+			for _, tool := range []string{"zstd", "pzstd", "lz4", "bzip2", "xz"} {
+				if strings.HasPrefix(tc.codec, tool) {
+					if _, err := exec.LookPath(tool); err != nil {
+						t.Skipf("%s not installed", tool)
+					}
+				}
+			}
+			work := t.TempDir()
+			src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
+			for _, d := range []string{ref, served} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			corpus.MakeTree(t, src, corpus.TreeOptionsFor(spec))
+			archive := filepath.Join(served, "archive"+spec.Ext())
+			corpus.Archive(t, src, archive, spec)
+			corpus.Extract(t, archive, ref)
+			base, _ := serve(t, served)
+			cache := filepath.Join(work, "cache")
+			for i, url := range []string{archive, base + "/" + filepath.Base(archive)} {
+				m := mount(t, url, "--cache-dir", cache, "--span", span)
+				out := m.stderr.String()
+				if got := strings.Count(out, "stream-only archive"); tc.streamOnly && got != 1 || !tc.streamOnly && got != 0 {
+					t.Errorf("%d messages about a stream-only archive, want streamOnly=%v:\n%s", got, tc.streamOnly, out)
+				}
+				if tc.streamOnly && !strings.Contains(out, "tarmount pack") {
+					t.Errorf("the stream-only message does not say how to make a seekable archive:\n%s", out)
+				}
+				treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+				m.stop(t)
+				if i == 0 && tc.streamOnly {
+					checkLocalCopyRefill(t, url, cache, ref)
+				}
+			}
+		})
+	}
+}
+
+// checkLocalCopyRefill remounts a stream-only archive whose saved index is
+// kept but whose decoded copy was removed: the mount decodes the archive
+// again and serves the same tree.
+func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
+	t.Helper()
+	copies, _ := filepath.Glob(filepath.Join(cache, "decoded", "*.tar"))
+	if len(copies) != 1 {
+		t.Fatalf("got decoded copies %v, want one", copies)
+	}
+	if err := os.Remove(copies[0]); err != nil {
+		t.Fatal(err)
+	}
+	m := mount(t, url, "--cache-dir", cache, "--span", "262144")
+	if !strings.Contains(m.stderr.String(), "decoding it again") {
+		t.Errorf("no message about decoding the archive again:\n%s", m.stderr)
+	}
+	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+	m.stop(t)
+	if _, err := os.Stat(copies[0]); err != nil {
+		t.Errorf("decoded copy not written again: %v", err)
+	}
+}
+
+// TestPackMountsWithoutPass packs a directory and a .tar.xz with `tarmount
+// pack`, checks that zstd -d | tar -t reads the result, and mounts it over
+// HTTP: the mount reads only the archive's tail (zero bytes of index
+// pass) and the tree matches what tar -x extracts from the packed file.
+func TestPackMountsWithoutPass(t *testing.T) {
+	needFUSE(t)
+	for _, tool := range []string{"zstd", "xz"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	work := t.TempDir()
+	src, served := filepath.Join(work, "src"), filepath.Join(work, "served")
+	if err := os.Mkdir(served, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	corpus.MakeTree(t, src, corpus.TreeOptions{})
+	xzArchive := filepath.Join(work, "in.tar.xz")
+	corpus.Archive(t, src, xzArchive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "xz"})
+	base, h := serve(t, served)
+	for _, in := range []string{src, xzArchive} {
+		name := "from-dir.tar.zst"
+		if in == xzArchive {
+			name = "from-xz.tar.zst"
+		}
+		t.Run(name, func(t *testing.T) {
+			packed := filepath.Join(served, name)
+			out, err := exec.Command(binary, "pack", in, "-o", packed, "--span", "1048576", "--cache-dir", filepath.Join(work, "c0")).CombinedOutput()
+			if err != nil {
+				t.Fatalf("tarmount pack: %v\n%s", err, out)
+			}
+			if out, err := exec.Command("sh", "-c", `zstd -dc "$1" | tar -t >/dev/null`, "sh", packed).CombinedOutput(); err != nil {
+				t.Fatalf("zstd -d | tar -t: %v\n%s", err, out)
+			}
+			ref := filepath.Join(work, "ref-"+name)
+			corpus.Extract(t, packed, ref)
+			st, err := os.Stat(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.ResetStats()
+			m := mount(t, base+"/"+name, "--cache-dir", filepath.Join(work, "cache-"+name))
+			stats := h.Stats()
+			if strings.Contains(m.stderr.String(), "msg=indexing") || !strings.Contains(m.stderr.String(), "index embedded") {
+				t.Errorf("the mount of a packed archive did not use its embedded index:\n%s", m.stderr)
+			}
+			// The identity probe and the tail: nothing of the data frames.
+			if limit := int64(64<<10 + 1); stats.Bytes > limit || stats.Requests > 3 {
+				t.Errorf("mount fetched %d bytes in %d requests before any read, want at most %d bytes in 3 requests (archive %d bytes)",
+					stats.Bytes, stats.Requests, limit, st.Size())
+			}
+			t.Logf("mount of a %d-byte packed archive fetched %d bytes in %d requests", st.Size(), stats.Bytes, stats.Requests)
+			treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+			m.stop(t)
+		})
+	}
+}
