@@ -84,6 +84,11 @@ type Options struct {
 	// Overwrite lets a job write into a non-empty DIR that is not its
 	// own, replacing what the archive has and leaving the rest.
 	Overwrite bool
+	// Sync makes DIR durable (syncfs) before it is marked complete, so
+	// that the marker also holds after a power failure. Without it, as
+	// with tar -x, the data reaches the disk when the kernel writes it
+	// back; the journal and marker hold against a crash of the process.
+	Sync bool
 	// Gate, if set, makes span decoding wait while foreground reads run.
 	Gate *Gate
 	// Progress, if set, is updated as the job goes.
@@ -147,6 +152,8 @@ type Job struct {
 	// set by Run before tasks start
 	dirfd []int32 // by EntryID: the open directory, -1 for non-directories
 	extra map[index.EntryID][]name
+
+	noTmpfile atomic.Bool // O_TMPFILE is not supported in DIR
 
 	noteMu sync.Mutex
 	notes  map[string]*note // guarded by noteMu: refusals and warnings by kind
@@ -521,6 +528,8 @@ type wfile struct {
 	tmp     string // name in the tmp directory
 	size    int64
 	sparse  bool
+	anon    bool                           // made with O_TMPFILE: no name until placed
+	staged  bool                           // staged by Stage under tmp in the tmp directory
 	pending atomic.Int64                   // pieces not yet written (+1 while more may come)
 	finish  func(*wfile) error             // called once when pending reaches 0
 	mu      sync.Mutex                     // guards f

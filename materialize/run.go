@@ -148,6 +148,8 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 		bytes += stored
 		wf := j.newWfile(fmt.Sprintf("f%d", id), e.Size, e.Sparse)
 		wf.id = id
+		pfd := int(j.dirfd[e.Parent])
+		wf.opener = func(w *wfile) (*os.File, error) { return j.createAnon(w, pfd) }
 		wf.finish = func(wf *wfile) error { return j.finishFile(ix, v, wf) }
 		if stored == 0 {
 			wf.pending.Store(1)
@@ -165,7 +167,7 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 		sf := j.staged[int64(e.DataOffset)]
 		j.stageMu.Unlock()
 		if sf != nil {
-			wf.tmp = sf.tmp
+			wf.tmp, wf.staged = sf.tmp, true
 			wf.opener = func(w *wfile) (*os.File, error) {
 				fd, err := unix.Openat(j.tmpFd, w.tmp, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 				if err != nil {
@@ -174,7 +176,6 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 				return os.NewFile(uintptr(fd), w.tmp), nil
 			}
 			wf.pending.Store(1)
-			j.prog.Bytes.Add(stored)
 			if err := j.submit(func() error {
 				if _, err := wf.file(); err != nil {
 					return err
@@ -297,19 +298,19 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 		return err
 	}
 	p := j.pathOf(ix, id)
+	defer wf.close()
 	if err := setMetaFd(int(f.Fd()), e, ix.Xattrs(id), j.meta, j.warn, p); err != nil {
-		wf.close()
 		return err
-	}
-	if err := wf.close(); err != nil {
-		return fmt.Errorf("close %s: %w", p, err)
 	}
 	pfd, err := j.parentFd(ix, id, e)
 	if err != nil {
 		return err
 	}
-	if err := renameInto(j.tmpFd, wf.tmp, pfd, e.Name); err != nil {
+	if err := j.place(wf, f, pfd, e.Name); err != nil {
 		return fmt.Errorf("%s: %w", p, err)
+	}
+	if err := wf.close(); err != nil {
+		return fmt.Errorf("close %s: %w", p, err)
 	}
 	if err := j.linkNames(ix, id, e, pfd); err != nil {
 		return err
@@ -318,6 +319,78 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 	j.prog.Files.Add(1)
 	j.prog.Entries.Add(1)
 	return nil
+}
+
+// createAnon creates a file with no name in directory dirfd (O_TMPFILE),
+// which place links in once it is complete: a crash leaves nothing
+// behind, and writers in different directories take no common lock (a
+// rename from one temporary directory would serialize them on the
+// filesystem's rename lock). Where O_TMPFILE is not supported, the file
+// is made under a name in the tmp directory.
+func (j *Job) createAnon(w *wfile, dirfd int) (*os.File, error) {
+	if !j.noTmpfile.Load() {
+		fd, err := unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			f := os.NewFile(uintptr(fd), w.tmp)
+			if w.sparse && w.size > 0 {
+				if err := f.Truncate(w.size); err != nil {
+					f.Close()
+					return nil, err
+				}
+			}
+			w.anon = true
+			return f, nil
+		}
+		if err != unix.EOPNOTSUPP && err != unix.EISDIR && err != unix.EINVAL {
+			return nil, fmt.Errorf("create file: %w", err)
+		}
+		j.noTmpfile.Store(true)
+	}
+	return j.createTmp(w.tmp, w.size, w.sparse)
+}
+
+// place gives the complete file w (open as f) its name in dirfd,
+// replacing what is there.
+func (j *Job) place(w *wfile, f *os.File, dirfd int, name string) error {
+	switch {
+	case w.anon:
+		err := j.linkFd(f, dirfd, name)
+		if err != unix.EEXIST {
+			return err
+		}
+		unix.Unlinkat(j.tmpFd, w.tmp, 0)
+		if err := j.linkFd(f, j.tmpFd, w.tmp); err != nil {
+			return err
+		}
+		return renameInto(j.tmpFd, w.tmp, dirfd, name)
+	case w.staged:
+		// A link and an unlink take no filesystem-wide lock, unlike
+		// a rename across directories.
+		err := unix.Linkat(j.tmpFd, w.tmp, dirfd, name, 0)
+		if err == nil {
+			unix.Unlinkat(j.tmpFd, w.tmp, 0)
+			return nil
+		}
+		if err != unix.EEXIST {
+			return fmt.Errorf("link: %w", err)
+		}
+	}
+	return renameInto(j.tmpFd, w.tmp, dirfd, name)
+}
+
+// linkFd links the unnamed file f in as name in dirfd: with AT_EMPTY_PATH
+// where allowed (CAP_DAC_READ_SEARCH), else through its /proc link.
+func (j *Job) linkFd(f *os.File, dirfd int, name string) error {
+	if !validName(name) {
+		return fmt.Errorf("%w: %q", errBadName, name)
+	}
+	if j.meta.chown {
+		err := unix.Linkat(int(f.Fd()), "", dirfd, name, unix.AT_EMPTY_PATH)
+		if err != unix.ENOENT && err != unix.EPERM {
+			return err
+		}
+	}
+	return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 }
 
 // linkNames makes the other names of id (hard links to its first name).
@@ -391,7 +464,8 @@ func pointsOutside(p, target string) bool {
 }
 
 // finish applies the directories' metadata (DIR's own last, once the state
-// directory is gone), makes everything durable and marks DIR complete.
+// directory is gone), makes everything durable when asked (Options.Sync)
+// and marks DIR complete.
 func (j *Job) finish(ix *index.Index) error {
 	if err := j.jr.Close(); err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -415,8 +489,10 @@ func (j *Job) finish(ix *index.Index) error {
 			return err
 		}
 	}
-	if err := unix.Syncfs(j.rootFd); err != nil {
-		return fmt.Errorf("sync %s: %w", j.dir, err)
+	if j.opts.Sync {
+		if err := unix.Syncfs(j.rootFd); err != nil {
+			return fmt.Errorf("sync %s: %w", j.dir, err)
+		}
 	}
 	if err := writeMarker(j.dir, marker{Source: j.key, Complete: true}); err != nil {
 		return err
