@@ -246,3 +246,83 @@ func showProgress(w io.Writer, quiet bool, log *slog.Logger, prog *materialize.P
 		<-finished
 	}
 }
+
+// gatedReader marks every read of the archive through the mount as a
+// foreground read, which background materialization yields to.
+type gatedReader struct {
+	*index.Reader
+	gate *materialize.Gate
+}
+
+func (r gatedReader) ReadAt(ctx context.Context, id index.EntryID, p []byte, off int64) (int, error) {
+	defer r.gate.Enter()()
+	return r.Reader.ReadAt(ctx, id, p, off)
+}
+
+// background is the materialization that runs behind a mount.
+type background struct {
+	job    *materialize.Job
+	gate   *materialize.Gate
+	reader *index.Reader
+	a      *archive
+	log    *slog.Logger
+	prog   *materialize.Progress
+	src    *countingSource
+	cancel context.CancelFunc
+	ctx    context.Context
+	done   chan struct{}
+	// started is set by run.
+	started bool
+}
+
+// startMaterialize opens the job of --materialize DIR (refusing a DIR that
+// is not ours before anything is mounted); run starts it.
+func startMaterialize(ctx context.Context, a *archive, c *config, log *slog.Logger) (*background, error) {
+	b := &background{gate: &materialize.Gate{}, a: a, log: log, prog: &materialize.Progress{}, done: make(chan struct{})}
+	job, err := materialize.Open(c.mat.dir, a.src.Identity().Key(), materialize.Options{
+		Writers: c.mat.writers, Decoders: c.mat.decoders, Overwrite: c.mat.overwrite, Sync: c.mat.sync,
+		Gate: b.gate, Progress: b.prog, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.job = job
+	// Its own reader straight on the source: span decodes neither go
+	// through nor evict the mount's caches (memory and disk).
+	b.src = &countingSource{Source: a.src}
+	b.reader = index.NewReader(a.ix, b.src, index.ReaderOptions{Readahead: -1, Logger: log})
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+func (b *background) run() {
+	spans := materialize.IndexSpans(b.reader, b.src)
+	if spans == nil && !b.job.Complete() {
+		b.log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", b.job.Dir())
+		return
+	}
+	b.started = true
+	start := time.Now()
+	b.log.Info("materializing", "path", b.job.Dir())
+	go func() {
+		defer close(b.done)
+		if err := b.job.Run(b.ctx, b.a.ix, spans); err != nil {
+			if b.ctx.Err() == nil {
+				b.log.Error("materialize failed; files not yet written are served from the archive", "path", b.job.Dir(), "err", err)
+			}
+			return
+		}
+		b.log.Info("materialized", "path", b.job.Dir(), "files", b.prog.Files.Load(), "bytes", b.prog.Bytes.Load(),
+			"fetched", b.src.n.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
+	}()
+}
+
+// stop ends the job (resumable) and waits for it.
+func (b *background) stop() {
+	b.cancel()
+	if b.started {
+		<-b.done
+	}
+	b.job.Close()
+	b.reader.Close()
+}
