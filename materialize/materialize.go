@@ -67,6 +67,9 @@ func DefaultDecoders() int { return max(6, 3*runtime.GOMAXPROCS(0)) }
 // writing.
 const defaultMemoryBytes = 256 << 20
 
+// stageBuckets is the number of directories staged files are spread over.
+const stageBuckets = 64
+
 // stageChunkBytes is the size of the pieces that Stage hands to writers.
 const stageChunkBytes = 1 << 20
 
@@ -129,11 +132,14 @@ type Job struct {
 	rootFd   int
 	stateFd  int // DIR/.tarmount-partial, -1 when complete
 	tmpFd    int // its tmp/
-	jr       *journal
-	sem      *semaphore.Weighted
-	memory   int64
-	ctx      context.Context
-	cancel   context.CancelFunc
+	// stageDirs are tmp/bXX: Stage spreads files over them, since
+	// creates and unlinks in one directory serialize on its lock.
+	stageDirs [stageBuckets]int
+	jr        *journal
+	sem       *semaphore.Weighted
+	memory    int64
+	ctx       context.Context
+	cancel    context.CancelFunc
 
 	// the writer pool
 	tasks   chan func() error
@@ -221,6 +227,9 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		meta: metaOpts{chown: os.Geteuid() == 0}, staged: map[int64]*wfile{}, notes: map[string]*note{},
 		memory: opts.MemoryBytes, sem: semaphore.NewWeighted(opts.MemoryBytes)}
 	j.ctx, j.cancel = context.WithCancel(context.Background())
+	for i := range j.stageDirs {
+		j.stageDirs[i] = -1
+	}
 
 	empty, err := isEmptyDir(abs)
 	if err != nil {
@@ -277,6 +286,11 @@ func (j *Job) openState(fresh, sameSource bool) error {
 	}
 	if j.tmpFd, err = mkdirBeneath(j.stateFd, tmpDirName); err != nil {
 		return err
+	}
+	for i := range j.stageDirs {
+		if j.stageDirs[i], err = mkdirBeneath(j.tmpFd, fmt.Sprintf("b%02x", i)); err != nil {
+			return err
+		}
 	}
 	jpath := fmt.Sprintf("/proc/self/fd/%d/%s", j.stateFd, journalName)
 	keep := !fresh && sameSource
@@ -446,6 +460,7 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 		return nil
 	}
 	wf := j.newWfile(fmt.Sprintf("s%x", h.DataOffset), h.Size, h.Sparse != nil)
+	wf.dir = j.stageDirs[(h.DataOffset>>9)%stageBuckets]
 	wf.finish = func(wf *wfile) error {
 		defer j.stageWG.Done()
 		return wf.close()
@@ -525,7 +540,8 @@ func logicalPieces(chunks []index.SparseChunk, sparse bool, off int64, data []by
 // wfile is a regular file being written under a temporary name.
 type wfile struct {
 	id      index.EntryID
-	tmp     string // name in the tmp directory
+	tmp     string // name in dir
+	dir     int    // the directory of tmp: the tmp directory or one of stageDirs
 	size    int64
 	sparse  bool
 	anon    bool                           // made with O_TMPFILE: no name until placed
@@ -571,8 +587,8 @@ func (w *wfile) pieceDone() error {
 
 // createTmp creates (or truncates) name in the tmp directory for writing,
 // with the size of the file when it is sparse so that holes stay holes.
-func (j *Job) createTmp(name string, size int64, truncate bool) (*os.File, error) {
-	fd, err := unix.Openat(j.tmpFd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+func (j *Job) createTmp(dirfd int, name string, size int64, truncate bool) (*os.File, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("create %s/%s/%s: %w", stateDirName, tmpDirName, name, err)
 	}
@@ -587,8 +603,8 @@ func (j *Job) createTmp(name string, size int64, truncate bool) (*os.File, error
 }
 
 func (j *Job) newWfile(tmp string, size int64, sparse bool) *wfile {
-	return &wfile{tmp: tmp, size: size, sparse: sparse,
-		opener: func(w *wfile) (*os.File, error) { return j.createTmp(w.tmp, w.size, w.sparse) }}
+	return &wfile{tmp: tmp, dir: j.tmpFd, size: size, sparse: sparse,
+		opener: func(w *wfile) (*os.File, error) { return j.createTmp(w.dir, w.tmp, w.size, w.sparse) }}
 }
 
 func (j *Job) writePiece(wf *wfile, at int64, data []byte) error {
@@ -621,7 +637,7 @@ func (j *Job) Close() error {
 				unix.Close(int(fd))
 			}
 		}
-		for _, fd := range []int{j.tmpFd, j.stateFd, j.rootFd} {
+		for _, fd := range append(j.stageDirs[:], j.tmpFd, j.stateFd, j.rootFd) {
 			if fd >= 0 {
 				unix.Close(fd)
 			}

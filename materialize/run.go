@@ -167,9 +167,9 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 		sf := j.staged[int64(e.DataOffset)]
 		j.stageMu.Unlock()
 		if sf != nil {
-			wf.tmp, wf.staged = sf.tmp, true
+			wf.tmp, wf.dir, wf.staged = sf.tmp, sf.dir, true
 			wf.opener = func(w *wfile) (*os.File, error) {
-				fd, err := unix.Openat(j.tmpFd, w.tmp, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+				fd, err := unix.Openat(w.dir, w.tmp, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 				if err != nil {
 					return nil, fmt.Errorf("open staged %s: %w", w.tmp, err)
 				}
@@ -346,7 +346,7 @@ func (j *Job) createAnon(w *wfile, dirfd int) (*os.File, error) {
 		}
 		j.noTmpfile.Store(true)
 	}
-	return j.createTmp(w.tmp, w.size, w.sparse)
+	return j.createTmp(w.dir, w.tmp, w.size, w.sparse)
 }
 
 // place gives the complete file w (open as f) its name in dirfd,
@@ -366,16 +366,16 @@ func (j *Job) place(w *wfile, f *os.File, dirfd int, name string) error {
 	case w.staged:
 		// A link and an unlink take no filesystem-wide lock, unlike
 		// a rename across directories.
-		err := unix.Linkat(j.tmpFd, w.tmp, dirfd, name, 0)
+		err := unix.Linkat(w.dir, w.tmp, dirfd, name, 0)
 		if err == nil {
-			unix.Unlinkat(j.tmpFd, w.tmp, 0)
+			unix.Unlinkat(w.dir, w.tmp, 0)
 			return nil
 		}
 		if err != unix.EEXIST {
 			return fmt.Errorf("link: %w", err)
 		}
 	}
-	return renameInto(j.tmpFd, w.tmp, dirfd, name)
+	return renameInto(w.dir, w.tmp, dirfd, name)
 }
 
 // linkFd links the unnamed file f in as name in dirfd: with AT_EMPTY_PATH
@@ -478,8 +478,12 @@ func (j *Job) finish(ix *index.Index) error {
 			}
 		}
 	}
-	unix.Close(j.tmpFd)
-	unix.Close(j.stateFd)
+	for i, fd := range append(j.stageDirs[:], j.tmpFd, j.stateFd) {
+		unix.Close(fd)
+		if i < stageBuckets {
+			j.stageDirs[i] = -1
+		}
+	}
 	j.tmpFd, j.stateFd = -1, -1
 	if err := removeTree(j.rootFd, stateDirName); err != nil {
 		return fmt.Errorf("remove %s: %w", stateDirName, err)
