@@ -257,8 +257,8 @@ done
 			case $tool in
 			tm_cold) name="tarmount extract (no index)" ;;
 			tm_index) name="tarmount extract (saved index)" ;;
-			curl_tar) name="curl | tar -x" ;;
-			curl_pigz) name="curl | pigz -d | tar -x" ;;
+			curl_tar) name="curl \\| tar -x" ;;
+			curl_pigz) name="curl \\| pigz -d \\| tar -x" ;;
 			aria_tar) name="aria2c -x8 then tar -x" ;;
 			esac
 			printf '| %s | %s | %.2f | %.2f-%.2f | %d |\n' "$ds" "$name" "$med" "$lo" "$hi" "$n"
