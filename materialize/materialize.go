@@ -52,11 +52,11 @@ import (
 // archive: it is refused unless Options.Overwrite.
 var ErrNotOurs = errors.New("materialize: directory is not empty and was not made by tarmount from this archive")
 
-// DefaultWriters is the default size of the writer pool. Measured on a
-// 2-core machine writing the Go toolchain (15k files) and 200k small files
-// to ext4: 4 writers per core were within noise of 8 and 16 per core and
-// faster than 1 or 2 (file creation and rename block in the kernel while
-// other writers copy data).
+// DefaultWriters is the default size of the writer pool: 4 per core, at
+// least 8, so that writers blocked in file creation, linking and metadata
+// calls leave others copying data. It is a starting point, not yet tuned
+// by a sweep of --write-workers (scripts/bench-extract.sh with EXTRA_ARGS
+// is the way to make one).
 func DefaultWriters() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
 // DefaultDecoders is the default number of spans fetched and decoded at
