@@ -66,6 +66,10 @@ type Options struct {
 	UID, GID *uint32
 	// Debug logs every FUSE request at Debug level.
 	Debug bool
+	// Local, if set, holds local copies of files (a materialized
+	// directory): a file opened once its copy is complete is read from
+	// it, through the kernel's FUSE passthrough where it can.
+	Local Local
 	// Timeout is the kernel's entry, attribute and negative-lookup cache
 	// time. The archive is immutable, so the default is one hour.
 	Timeout time.Duration
@@ -97,6 +101,7 @@ const (
 type tree struct {
 	// Set once.
 	a       Archive
+	local   Local // nil: none
 	log     *slog.Logger
 	uid     *uint32
 	gid     *uint32
@@ -127,6 +132,7 @@ func newTree(a Archive, opts Options) *tree {
 	opts = opts.withDefaults()
 	t := &tree{
 		a:       a,
+		local:   opts.Local,
 		log:     opts.Logger,
 		timeout: opts.Timeout,
 		logged:  make(map[index.EntryID]struct{}),

@@ -31,8 +31,11 @@ type (
 		t  *tree
 		id index.EntryID
 	}
-	dirNode     struct{ node }
-	fileNode    struct{ node }
+	dirNode  struct{ node }
+	fileNode struct {
+		node
+		counts openCounts // open handles by kind, for the handover to Local
+	}
 	symlinkNode struct{ node }
 	// specialNode is a FIFO or a device: the kernel serves its I/O.
 	specialNode struct{ node }
@@ -50,7 +53,7 @@ func newNode(t *tree, id index.EntryID, e *index.Entry) fusefs.InodeEmbedder {
 	case syscall.S_IFLNK:
 		return &symlinkNode{node{t: t, id: id}}
 	case syscall.S_IFREG:
-		return &fileNode{node{t: t, id: id}}
+		return &fileNode{node: node{t: t, id: id}}
 	default:
 		return &specialNode{node{t: t, id: id}}
 	}
@@ -368,6 +371,10 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, u
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		return nil, 0, syscall.EROFS
 	}
+	if n.t.local != nil {
+		h, fl := n.openLocalOrArchive()
+		return h, fl, 0
+	}
 	return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
 
@@ -389,6 +396,9 @@ func (n *fileNode) Read(ctx context.Context, f fusefs.FileHandle, dest []byte, o
 		return fuse.ReadResultData(nil), 0
 	}
 	buf := dest[:min(int64(len(dest)), e.Size-off)]
+	if h, ok := f.(*localHandle); ok {
+		return h.read(buf, off)
+	}
 	done := 0
 	for done < len(buf) {
 		k, err := n.t.a.ReadAt(ctx, n.id, buf[done:], off+int64(done))

@@ -244,11 +244,26 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		return err
 	}
 	defer a.Close(log)
-	server, err := tfs.Mount(mountpoint, a.reader, tfs.Options{
+	fsOpts := tfs.Options{
 		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: allowOther, Debug: debugFUSE,
-	})
+	}
+	var archive tfs.Archive = a.reader
+	var bg *background
+	if c.mat.dir != "" {
+		bg, err = startMaterialize(ctx, a, c, log)
+		if err != nil {
+			return err
+		}
+		defer bg.stop()
+		fsOpts.Local = bg.job
+		archive = gatedReader{a.reader, bg.gate}
+	}
+	server, err := tfs.Mount(mountpoint, archive, fsOpts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	if bg != nil {
+		bg.run()
 	}
 	log.Info("ready", "path", mountpoint, "entries", a.ix.Len(), "elapsed", time.Since(start).Round(time.Millisecond))
 	done := make(chan struct{})

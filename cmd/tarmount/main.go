@@ -3,6 +3,7 @@
 //
 //	tarmount [flags] URL MOUNTPOINT     mount; stays in the foreground until unmounted or signalled
 //	tarmount index [flags] URL          build (or refresh) the index; -o FILE writes it there too
+//	tarmount extract [flags] URL DIR    write the whole tree to DIR (parallel spans with an index, else one pass)
 //	tarmount unmount MOUNTPOINT         unmount; detaches lazily when busy, clears a dead mount
 //	tarmount pack SRC -o OUT.tar.zst    write a seekable zstd tarball with its index embedded
 package main
@@ -24,6 +25,7 @@ import (
 const usage = `Usage:
   tarmount [flags] URL MOUNTPOINT    mount the archive read-only (foreground; Ctrl-C unmounts)
   tarmount index [flags] URL         build and save the index of the archive
+  tarmount extract [flags] URL DIR   write the whole tree to DIR, fast (resumes if interrupted)
   tarmount unmount MOUNTPOINT        unmount (lazily when busy; clears a dead mount)
   tarmount pack SRC -o OUT.tar.zst   write SRC (a directory or a tarball of any codec) as
                                      seekable zstd with the index embedded: it mounts
@@ -44,6 +46,8 @@ Examples:
   tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz.idx
   tarmount s3://bucket/runtime.tar.gz /mnt/runtime --endpoint-url http://127.0.0.1:7070
   tarmount pack ./runtime/ -o runtime.tar.zst
+  tarmount s3://bucket/runtime.tar.gz /mnt/runtime --materialize /local/runtime
+  tarmount extract https://example.com/runtime.tar.gz /local/runtime
 
 Flags:
 `
@@ -80,6 +84,7 @@ type config struct {
 	blockSize    int64
 	s3           s3Flags
 	retry        retryConfig
+	mat          materializeFlags
 }
 
 // headerFlag collects -H 'Name: value' flags.
@@ -133,6 +138,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned (public buckets)")
 	fs.IntVar(&c.level, "level", 3, "pack: zstd compression level (1-22, mapped to the encoder's four speeds)")
 	c.retry.register(fs)
+	c.mat.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -165,7 +171,7 @@ func run(args []string, stderr io.Writer) error {
 	cmd := "mount"
 	if len(args) > 0 {
 		switch args[0] {
-		case "index", "unmount", "umount", "mount", "pack":
+		case "index", "unmount", "umount", "mount", "pack", "extract":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -190,6 +196,11 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("usage: tarmount unmount MOUNTPOINT")
 		}
 		return unmount(pos[0], log)
+	case "extract":
+		if len(pos) != 2 {
+			return fmt.Errorf("usage: tarmount extract URL DIR")
+		}
+		return extractCmd(ctx, pos[0], pos[1], &c, log, stderr)
 	case "index":
 		if len(pos) != 1 {
 			return fmt.Errorf("usage: tarmount index URL [-o FILE]")

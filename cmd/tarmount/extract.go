@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/materialize"
+)
+
+// materializeFlags are the flags of extract and of the mount's
+// --materialize.
+type materializeFlags struct {
+	dir       string
+	writers   int
+	decoders  int
+	overwrite bool
+	quiet     bool
+	sync      bool
+}
+
+func (m *materializeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&m.dir, "materialize", "", "mount: also write the whole tree to this directory in the background, and serve files from it once complete")
+	fs.IntVar(&m.writers, "write-workers", 0, fmt.Sprintf("files written at once by extract and --materialize (default %d here)", materialize.DefaultWriters()))
+	fs.IntVar(&m.decoders, "decode-workers", 0, fmt.Sprintf("spans fetched and decoded at once by extract and --materialize (default %d here)", materialize.DefaultDecoders()))
+	fs.BoolVar(&m.overwrite, "overwrite", false, "extract into a non-empty directory that tarmount did not make from this archive")
+	fs.BoolVar(&m.sync, "fsync", false, "make the extracted tree durable (syncfs) before marking it complete, so that the mark holds after a power failure")
+	fs.BoolVar(&m.quiet, "quiet", false, "extract: no progress bar or progress lines, only errors")
+}
+
+// countingSource counts the bytes read from a Source.
+type countingSource struct {
+	fetch.Source
+	n, requests atomic.Int64
+}
+
+func (s *countingSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n, err := s.Source.ReadAt(ctx, p, off)
+	s.n.Add(int64(n))
+	s.requests.Add(1)
+	return n, err
+}
+
+// findIndex returns the index given with --index or saved in the cache
+// directory for src, or nil when there is none.
+func findIndex(src fetch.Source, c *config, log *slog.Logger) (*index.Index, error) {
+	id := src.Identity()
+	if c.indexFile != "" {
+		ix, err := index.Load(c.indexFile)
+		if err != nil {
+			return nil, err
+		}
+		if !sameIdentity(ix.Source, id) {
+			return nil, fmt.Errorf("%w: %s was built for %s, the source is now %s", index.ErrIdentity, c.indexFile, ix.Source, id)
+		}
+		return ix, nil
+	}
+	cached := cachePath(c.cacheDir, src.String(), id)
+	ix, err := index.Load(cached)
+	if err == nil && sameIdentity(ix.Source, id) {
+		log.Debug("index loaded", "path", cached)
+		return ix, nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("saved index unusable, extracting in one pass", "path", cached, "err", err)
+	}
+	return nil, nil
+}
+
+// extractCmd writes the whole tree of the archive at url into dir: with
+// an index (saved, given, or seekable), spans decoded in parallel; without
+// one, one streamed pass that extracts and builds the index, saved for
+// the next mount.
+func extractCmd(ctx context.Context, url, dir string, c *config, log *slog.Logger, stderr io.Writer) error {
+	start := time.Now()
+	disk := openDiskCache(c, log) // copies of objects whose server ignores ranges
+	if disk != nil {
+		defer disk.Close()
+	}
+	src0, err := openSource(ctx, url, c, disk, log)
+	if err != nil {
+		return err
+	}
+	src := &countingSource{Source: src0}
+	defer func() {
+		logRetries(log, src0)
+		src0.Close()
+	}()
+	ix, err := findIndex(src, c, log)
+	if err != nil {
+		return err
+	}
+	prog := &materialize.Progress{}
+	job, err := materialize.Open(dir, src.Identity().Key(), materialize.Options{
+		Writers: c.mat.writers, Decoders: c.mat.decoders, Overwrite: c.mat.overwrite, Sync: c.mat.sync,
+		Progress: prog, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer job.Close()
+	if job.Complete() {
+		if !c.mat.quiet {
+			fmt.Fprintf(stderr, "tarmount: %s is already complete\n", job.Dir())
+		}
+		return nil
+	}
+	size := src.Identity().Size
+	var consumed atomic.Int64 // archive bytes read by a one-pass extraction
+	var spans materialize.Spans
+	var reader *index.Reader
+	if ix != nil {
+		reader = index.NewReader(ix, src, index.ReaderOptions{Readahead: -1, Logger: log})
+		defer reader.Close()
+		spans = materialize.IndexSpans(reader, src)
+	}
+	mode := "parallel spans"
+	if spans == nil {
+		mode = "one pass"
+	}
+	stop := showProgress(stderr, c.mat.quiet, log, prog, &consumed, size, spans == nil)
+	var blocks *fetch.Blocks
+	if spans == nil {
+		// One streamed pass: parallel range requests ahead of the
+		// decoder, the writers behind it; the index is a by-product.
+		blocks = fetch.NewBlocks(src, fetch.BlocksOptions{BlockSize: c.blockSize, Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log})
+		defer blocks.Close()
+		stream := blocks.Stream(ctx, 0)
+		ix, err = index.Build(ctx, stream, src.Identity(), index.BuildOptions{
+			Span: c.span, Logger: log, OnMember: job.Stage,
+			OnProgress: func(n int64) { consumed.Store(n) },
+		})
+		stream.Close()
+		if err != nil {
+			stop()
+			return fmt.Errorf("extract %s: %w", src, err)
+		}
+		consumed.Store(size)
+		cached := cachePath(c.cacheDir, src.String(), src.Identity())
+		if err := ix.Save(cached); err != nil {
+			log.Warn("could not save index", "path", cached, "err", err)
+		}
+	}
+	err = job.Run(ctx, ix, spans)
+	stop()
+	if err != nil {
+		return fmt.Errorf("extract %s into %s: %w", src, job.Dir(), err)
+	}
+	elapsed := time.Since(start)
+	fetched := src.n.Load()
+	if !c.mat.quiet {
+		sec := elapsed.Seconds()
+		fmt.Fprintf(stderr, "tarmount: extracted %d files (%s of data, %d entries) into %s in %.2fs (%s): fetched %s in %d requests (%s/s), wrote %s/s\n",
+			prog.Files.Load(), mb(prog.Bytes.Load()), prog.Entries.Load(), job.Dir(), sec, mode,
+			mb(fetched), src.requests.Load(), mb(int64(float64(fetched)/sec)), mb(int64(float64(prog.Bytes.Load())/sec)))
+	}
+	log.Debug("extracted", "elapsed", elapsed, "fetched", fetched, "tar_bytes", ix.TarSize, "codec", ix.Codec.String())
+	return nil
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// showProgress reports progress until the returned function is called: a
+// bar on a terminal, a plain line every 5 s otherwise, nothing when quiet.
+// A one-pass extraction counts archive bytes read, else file bytes
+// written.
+func showProgress(w io.Writer, quiet bool, log *slog.Logger, prog *materialize.Progress, consumed *atomic.Int64, size int64, onePass bool) (stop func()) {
+	if quiet {
+		return func() {}
+	}
+	cur := func() (done, total int64) {
+		if onePass && consumed.Load() < size {
+			return consumed.Load(), size
+		}
+		return prog.Bytes.Load(), max(prog.BytesTotal.Load(), 1)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	f, isFile := w.(*os.File)
+	tty := isFile && term.IsTerminal(int(f.Fd()))
+	go func() {
+		defer close(finished)
+		if !tty {
+			t := time.NewTicker(5 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					d, total := cur()
+					log.Info("extracting", "done", fmt.Sprintf("%.0f%%", 100*float64(d)/float64(total)),
+						"files", prog.Files.Load(), "bytes", prog.Bytes.Load())
+				}
+			}
+		}
+		var bar *progressbar.ProgressBar
+		phase := -1
+		t := time.NewTicker(150 * time.Millisecond)
+		defer t.Stop()
+		for {
+			d, total := cur()
+			p := 1
+			if onePass && consumed.Load() < size {
+				p = 0
+			}
+			if p != phase {
+				if bar != nil {
+					bar.Finish()
+					fmt.Fprintln(w)
+				}
+				desc := "writing"
+				if p == 0 {
+					desc = "reading archive"
+				}
+				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(w), progressbar.OptionShowBytes(true),
+					progressbar.OptionSetDescription(desc), progressbar.OptionSetPredictTime(true),
+					progressbar.OptionShowElapsedTimeOnFinish(), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100*time.Millisecond))
+				phase = p
+			}
+			bar.ChangeMax64(total)
+			bar.Describe(fmt.Sprintf("%s, %d/%d files", map[int]string{0: "reading archive", 1: "writing"}[p], prog.Files.Load(), prog.FilesTotal.Load()))
+			bar.Set64(d)
+			select {
+			case <-done:
+				bar.Finish()
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		select {
+		case <-done:
+		default:
+			close(done)
+		}
+		<-finished
+	}
+}
+
+// gatedReader marks every read of the archive through the mount as a
+// foreground read, which background materialization yields to.
+type gatedReader struct {
+	*index.Reader
+	gate *materialize.Gate
+}
+
+func (r gatedReader) ReadAt(ctx context.Context, id index.EntryID, p []byte, off int64) (int, error) {
+	defer r.gate.Enter()()
+	return r.Reader.ReadAt(ctx, id, p, off)
+}
+
+// background is the materialization that runs behind a mount.
+type background struct {
+	job    *materialize.Job
+	gate   *materialize.Gate
+	reader *index.Reader
+	a      *archive
+	log    *slog.Logger
+	prog   *materialize.Progress
+	src    *countingSource
+	cancel context.CancelFunc
+	ctx    context.Context
+	done   chan struct{}
+	// started is set by run.
+	started bool
+}
+
+// startMaterialize opens the job of --materialize DIR (refusing a DIR that
+// is not ours before anything is mounted); run starts it.
+func startMaterialize(ctx context.Context, a *archive, c *config, log *slog.Logger) (*background, error) {
+	b := &background{gate: &materialize.Gate{}, a: a, log: log, prog: &materialize.Progress{}, done: make(chan struct{})}
+	job, err := materialize.Open(c.mat.dir, a.src.Identity().Key(), materialize.Options{
+		Writers: c.mat.writers, Decoders: c.mat.decoders, Overwrite: c.mat.overwrite, Sync: c.mat.sync,
+		Gate: b.gate, Progress: b.prog, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.job = job
+	// Its own reader straight on the source: span decodes neither go
+	// through nor evict the mount's caches (memory and disk).
+	b.src = &countingSource{Source: a.src}
+	ropts := index.ReaderOptions{Readahead: -1, Logger: log}
+	if a.local != nil {
+		ropts.Local = a.local // a stream-only archive's decoded copy
+	}
+	b.reader = index.NewReader(a.ix, b.src, ropts)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+func (b *background) run() {
+	spans := materialize.IndexSpans(b.reader, b.src)
+	if spans == nil && !b.job.Complete() {
+		b.log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", b.job.Dir())
+		return
+	}
+	b.started = true
+	start := time.Now()
+	b.log.Info("materializing", "path", b.job.Dir())
+	go func() {
+		defer close(b.done)
+		if err := b.job.Run(b.ctx, b.a.ix, spans); err != nil {
+			if b.ctx.Err() == nil {
+				b.log.Error("materialize failed; files not yet written are served from the archive", "path", b.job.Dir(), "err", err)
+			}
+			return
+		}
+		b.log.Info("materialized", "path", b.job.Dir(), "files", b.prog.Files.Load(), "bytes", b.prog.Bytes.Load(),
+			"fetched", b.src.n.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
+	}()
+}
+
+// stop ends the job (resumable) and waits for it.
+func (b *background) stop() {
+	b.cancel()
+	if b.started {
+		<-b.done
+	}
+	b.job.Close()
+	b.reader.Close()
+}

@@ -1,0 +1,64 @@
+package materialize
+
+import (
+	"context"
+	"sync"
+)
+
+// Gate gives foreground reads priority over background materialization:
+// while a foreground read runs (between Enter and its release), the
+// materializer starts no new span fetch or decode. Work already running
+// goes on, so a foreground read waits behind at most the spans in flight
+// (Options.Decoders), never behind a queue of them. The zero value is
+// ready to use; a nil *Gate never waits. It is safe for concurrent use.
+type Gate struct {
+	mu      sync.Mutex
+	active  int           // foreground reads running
+	resumed chan struct{} // closed when active drops to 0; nil while 0
+}
+
+// Enter marks a foreground read as running; call the returned function
+// when it is done.
+func (g *Gate) Enter() (release func()) {
+	if g == nil {
+		return func() {}
+	}
+	g.mu.Lock()
+	if g.active == 0 {
+		g.resumed = make(chan struct{})
+	}
+	g.active++
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.active--
+			if g.active == 0 {
+				close(g.resumed)
+				g.resumed = nil
+			}
+			g.mu.Unlock()
+		})
+	}
+}
+
+// Wait returns once no foreground read runs, or with ctx's error.
+func (g *Gate) Wait(ctx context.Context) error {
+	if g == nil {
+		return ctx.Err()
+	}
+	for {
+		g.mu.Lock()
+		ch := g.resumed
+		g.mu.Unlock()
+		if ch == nil {
+			return ctx.Err()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

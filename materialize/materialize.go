@@ -1,0 +1,682 @@
+// Package materialize writes the whole tree of an archive to a local
+// directory (DIR): as `tarmount extract` does, and in the background of a
+// mount (--materialize), which then serves each file from DIR once it is
+// complete there.
+//
+// It owns the writing side: directories before their children, file data
+// from spans decoded in parallel (or from one streamed pass, Stage) written
+// by a pool of writers, hard links once their target is complete, symlinks,
+// fifos and devices, owners, modes, xattrs and times (directories last), the
+// journal and marker that make a job resumable, and the refusal of anything
+// that would write outside DIR. It knows nothing of FUSE, HTTP or S3: bytes
+// come from a Spans (decoded tar stream pieces) or from Stage.
+//
+// Data flow of one job:
+//
+//	Open(DIR)        check DIR is empty or ours; marker, journal, tmp dir
+//	Stage(h, data)   optional, during a one-pass index build: member data
+//	   |             copied to the writer pool, written to DIR/.tarmount-partial/tmp
+//	Run(ix, spans)   mkdir the tree; specials and links; every regular file
+//	   |             not in the journal: staged -> renamed into place, else
+//	   |             its span pieces decoded (Decoders at once, in archive
+//	   |             order, waiting at the Gate while foreground reads run)
+//	   |             -> pwrite by Writers -> owner, mode, xattrs, times ->
+//	   |             rename into place -> hard links -> journal
+//	   v
+//	directory metadata, syncfs, marker "complete"
+package materialize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/index/tarscan"
+)
+
+// ErrNotOurs means DIR is not empty and was not made by a job of this
+// archive: it is refused unless Options.Overwrite.
+var ErrNotOurs = errors.New("materialize: directory is not empty and was not made by tarmount from this archive")
+
+// DefaultWriters is the default size of the writer pool: 4 per core, at
+// least 8, so that writers blocked in file creation, linking and metadata
+// calls leave others copying data. It is a starting point, not yet tuned
+// by a sweep of --write-workers (scripts/bench-extract.sh with EXTRA_ARGS
+// is the way to make one).
+func DefaultWriters() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
+
+// DefaultDecoders is the default number of spans fetched and decoded at
+// once: a few per core, so that fetch latency overlaps with decoding.
+func DefaultDecoders() int { return max(6, 3*runtime.GOMAXPROCS(0)) }
+
+// defaultMemoryBytes bounds the decoded data held between decoding and
+// writing.
+const defaultMemoryBytes = 256 << 20
+
+// stageBuckets is the number of directories staged files are spread over.
+const stageBuckets = 64
+
+// stageChunkBytes is the size of the pieces that Stage hands to writers.
+const stageChunkBytes = 1 << 20
+
+// Options tune a job. The zero value is usable.
+type Options struct {
+	// Writers is the number of files written at once (DefaultWriters
+	// when zero).
+	Writers int
+	// Decoders is the number of spans fetched and decoded at once
+	// (DefaultDecoders when zero).
+	Decoders int
+	// MemoryBytes bounds the data held between decoding and writing
+	// (256 MiB when zero).
+	MemoryBytes int64
+	// Overwrite lets a job write into a non-empty DIR that is not its
+	// own, replacing what the archive has and leaving the rest.
+	Overwrite bool
+	// Sync makes DIR durable (syncfs) before it is marked complete, so
+	// that the marker also holds after a power failure. Without it, as
+	// with tar -x, the data reaches the disk when the kernel writes it
+	// back; the journal and marker hold against a crash of the process.
+	Sync bool
+	// Gate, if set, makes span decoding wait while foreground reads run.
+	Gate *Gate
+	// Progress, if set, is updated as the job goes.
+	Progress *Progress
+	Logger   *slog.Logger
+}
+
+// Spans is the decoded tar stream in pieces that can be read in any order
+// and in parallel. Implementations are safe for concurrent use.
+type Spans interface {
+	// Len is the number of spans.
+	Len() int
+	// Bounds returns the range [start, end) of the tar stream in span i;
+	// spans are sorted and do not overlap.
+	Bounds(i int) (start, end int64)
+	// Read returns the tar stream bytes [from, to), a range within span
+	// i, verified. The slice is the caller's.
+	Read(ctx context.Context, i int, from, to int64) ([]byte, error)
+	// Stored is about how many bytes of the archive as stored span i
+	// takes (for progress).
+	Stored(i int) int64
+}
+
+// Job materializes one archive into one directory. Stage may be called
+// from one goroutine while Run has not started; OpenLocal and Done are
+// safe for concurrent use at any time.
+type Job struct {
+	// set once, by Open
+	dir      string
+	key      string
+	opts     Options
+	log      *slog.Logger
+	prog     *Progress
+	meta     metaOpts
+	complete bool // DIR was complete at Open
+	resume   []index.EntryID
+	root     *os.Root // DIR, for OpenLocal
+	rootFd   int
+	stateFd  int // DIR/.tarmount-partial, -1 when complete
+	tmpFd    int // its tmp/
+	// stageDirs are tmp/bXX: Stage spreads files over them, since
+	// creates and unlinks in one directory serialize on its lock.
+	stageDirs [stageBuckets]int
+	jr        *journal
+	sem       *semaphore.Weighted
+	memory    int64
+	ctx       context.Context
+	cancel    context.CancelFunc
+
+	// the writer pool
+	tasks   chan func() error
+	workers sync.WaitGroup
+	pending sync.WaitGroup // submitted tasks not done
+	errOnce sync.Once
+	err     error // first task error; set before ctx is cancelled
+
+	// Stage
+	stageMu sync.Mutex
+	staged  map[int64]*wfile // guarded by stageMu: by DataOffset
+	stageWG sync.WaitGroup   // staged files not fully written
+
+	// set by Run, read by OpenLocal
+	view atomic.Pointer[view]
+	// set by Run before tasks start
+	dirfd []int32 // by EntryID: the open directory, -1 for non-directories
+	extra map[index.EntryID][]name
+
+	noTmpfile atomic.Bool // O_TMPFILE is not supported in DIR
+
+	noteMu sync.Mutex
+	notes  map[string]*note // guarded by noteMu: refusals and warnings by kind
+
+	closeOnce sync.Once
+}
+
+type name struct {
+	dir  index.EntryID
+	name string
+}
+
+type note struct {
+	count   int
+	example string
+	err     error
+}
+
+// view is what OpenLocal needs: the index and which entries are done.
+type view struct {
+	ix   *index.Index
+	done []atomic.Uint32 // bit per EntryID
+}
+
+func (v *view) set(id index.EntryID) { v.done[id/32].Or(1 << (id % 32)) }
+func (v *view) isSet(id index.EntryID) bool {
+	return int(id/32) < len(v.done) && v.done[id/32].Load()&(1<<(id%32)) != 0
+}
+func newView(ix *index.Index) *view {
+	return &view{ix: ix, done: make([]atomic.Uint32, (ix.Len()+31)/32)}
+}
+func (j *Job) markDone(v *view, id index.EntryID) { v.set(id); j.jr.Add(id) }
+
+// Open prepares dir (created if missing) for the archive whose source
+// identity is key (fetch.Identity.Key). An empty dir starts a new job; a
+// dir this archive's job left incomplete is resumed from its journal; a
+// dir it completed is kept as it is (Complete). Anything else fails with
+// ErrNotOurs unless opts.Overwrite.
+func Open(dir, key string, opts Options) (*Job, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if abs == "/" {
+		return nil, fmt.Errorf("materialize: refusing to write into /")
+	}
+	if opts.Writers <= 0 {
+		opts.Writers = DefaultWriters()
+	}
+	if opts.Decoders <= 0 {
+		opts.Decoders = DefaultDecoders()
+	}
+	if opts.MemoryBytes <= 0 {
+		opts.MemoryBytes = defaultMemoryBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	prog := opts.Progress
+	if prog == nil {
+		prog = &Progress{}
+	}
+	j := &Job{dir: abs, key: key, opts: opts, log: log, prog: prog, rootFd: -1, stateFd: -1, tmpFd: -1,
+		meta: metaOpts{chown: os.Geteuid() == 0}, staged: map[int64]*wfile{}, notes: map[string]*note{},
+		memory: opts.MemoryBytes, sem: semaphore.NewWeighted(opts.MemoryBytes)}
+	j.ctx, j.cancel = context.WithCancel(context.Background())
+	for i := range j.stageDirs {
+		j.stageDirs[i] = -1
+	}
+
+	empty, err := isEmptyDir(abs)
+	if err != nil {
+		return nil, err
+	}
+	m, hasMarker := readMarker(abs)
+	_, stateErr := os.Lstat(filepath.Join(abs, stateDirName))
+	fresh := true
+	switch {
+	case empty:
+	case hasMarker && m.Source == key && m.Complete && errors.Is(stateErr, os.ErrNotExist):
+		j.complete = true
+	case hasMarker && m.Source == key:
+		fresh = false
+	case opts.Overwrite:
+	case hasMarker:
+		return nil, fmt.Errorf("%w: %s holds another version of the archive (use --overwrite to extract over it)", ErrNotOurs, abs)
+	default:
+		return nil, fmt.Errorf("%w: %s (use --overwrite to extract into it anyway)", ErrNotOurs, abs)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, err
+	}
+	if j.root, err = os.OpenRoot(abs); err != nil {
+		return nil, err
+	}
+	if j.rootFd, err = unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		j.root.Close()
+		return nil, fmt.Errorf("open %s: %w", abs, err)
+	}
+	if j.complete {
+		log.Info("directory already complete", "path", abs)
+		return j, nil
+	}
+	if err := j.openState(fresh, m.Source == key); err != nil {
+		j.Close()
+		return nil, err
+	}
+	return j, nil
+}
+
+// openState writes the marker, makes the state directory with an empty
+// tmp and opens the journal (kept when resuming).
+func (j *Job) openState(fresh, sameSource bool) error {
+	if err := writeMarker(j.dir, marker{Source: j.key}); err != nil {
+		return err
+	}
+	var err error
+	if j.stateFd, err = mkdirBeneath(j.rootFd, stateDirName); err != nil {
+		return err
+	}
+	if err := removeTree(j.stateFd, tmpDirName); err != nil {
+		return fmt.Errorf("clear %s: %w", stateDirName, err)
+	}
+	if j.tmpFd, err = mkdirBeneath(j.stateFd, tmpDirName); err != nil {
+		return err
+	}
+	for i := range j.stageDirs {
+		if j.stageDirs[i], err = mkdirBeneath(j.tmpFd, fmt.Sprintf("b%02x", i)); err != nil {
+			return err
+		}
+	}
+	jpath := fmt.Sprintf("/proc/self/fd/%d/%s", j.stateFd, journalName)
+	keep := !fresh && sameSource
+	if keep {
+		j.resume = readJournal(jpath, j.key, 1<<32-1)
+		keep = j.resume != nil
+		if keep {
+			j.log.Info("resuming", "path", j.dir, "files_done", len(j.resume))
+		}
+	}
+	if j.jr, err = openJournal(jpath, j.key, keep); err != nil {
+		return fmt.Errorf("open journal: %w", err)
+	}
+	j.tasks = make(chan func() error, 4*j.opts.Writers)
+	for range j.opts.Writers {
+		j.workers.Go(j.worker)
+	}
+	return nil
+}
+
+// isEmptyDir reports whether dir is missing or empty.
+func isEmptyDir(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	if !st.IsDir() {
+		return false, fmt.Errorf("%s is not a directory", dir)
+	}
+	names, err := f.Readdirnames(1)
+	if err == io.EOF {
+		return true, nil
+	}
+	return len(names) == 0, err
+}
+
+// Dir returns the absolute path of DIR.
+func (j *Job) Dir() string { return j.dir }
+
+// Complete reports whether DIR was complete when the job was opened (Run
+// then has nothing to write).
+func (j *Job) Complete() bool { return j.complete }
+
+func (j *Job) worker() {
+	for fn := range j.tasks {
+		if j.ctx.Err() == nil {
+			if err := fn(); err != nil {
+				j.fail(err)
+			}
+		}
+		j.pending.Done()
+	}
+}
+
+func (j *Job) fail(err error) {
+	j.errOnce.Do(func() {
+		j.err = err
+		j.cancel()
+	})
+}
+
+// submit queues fn for a writer. It fails once the job has failed.
+func (j *Job) submit(fn func() error) error {
+	j.pending.Add(1)
+	select {
+	case j.tasks <- fn:
+		return nil
+	case <-j.ctx.Done():
+		j.pending.Done()
+		return j.failure()
+	}
+}
+
+// submitWhole queues the writing of wf as one piece: a file with no data
+// to decode (empty, or staged whole by a one-pass extraction).
+func (j *Job) submitWhole(wf *wfile) error {
+	wf.pending.Store(1)
+	return j.submit(func() error {
+		if _, err := wf.file(); err != nil {
+			return err
+		}
+		return wf.pieceDone()
+	})
+}
+
+// failure returns the job's first error, or its context's.
+func (j *Job) failure() error {
+	if j.err != nil {
+		return j.err
+	}
+	return j.ctx.Err()
+}
+
+// noteOnce records one refusal or warning of a kind; Report logs each
+// kind once.
+func (j *Job) noteOnce(kind, path string, err error) {
+	j.noteMu.Lock()
+	defer j.noteMu.Unlock()
+	n := j.notes[kind]
+	if n == nil {
+		n = &note{example: path, err: err}
+		j.notes[kind] = n
+	}
+	n.count++
+}
+
+// Notes returns what the job refused or could not apply, one line per
+// kind ("KIND: N, e.g. PATH"), sorted.
+func (j *Job) Notes() []string {
+	j.noteMu.Lock()
+	defer j.noteMu.Unlock()
+	var out []string
+	for k, n := range j.notes {
+		s := fmt.Sprintf("%s: %d, e.g. %s", k, n.count, n.example)
+		if n.err != nil {
+			s += fmt.Sprintf(" (%v)", n.err)
+		}
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (j *Job) report() {
+	for _, s := range j.Notes() {
+		j.log.Warn("materialize: " + s)
+	}
+}
+
+func (j *Job) warn(kind, path string, err error) { j.noteOnce(kind, path, err) }
+
+// Screen looks at a member as the archive stores it and notes what tar -x
+// would have to neutralize or refuse (the index applies the same rules).
+// Stage calls it; a caller that builds the index without staging may too.
+func (j *Job) Screen(h *tarscan.Header) {
+	if strings.HasPrefix(h.Name, "/") {
+		j.noteOnce("absolute member names (leading / removed)", h.Name, nil)
+	}
+	if hasDotDot(h.Name) {
+		j.noteOnce("member names with .. (refused)", h.Name, nil)
+	}
+	if h.Typeflag == tarscan.TypeLink {
+		if hasDotDot(h.Linkname) {
+			j.noteOnce("hard links with .. in their target (refused)", h.Name, nil)
+		} else if strings.HasPrefix(h.Linkname, "/") {
+			j.noteOnce("hard links with an absolute target (taken relative to DIR)", h.Name, nil)
+		}
+	}
+	if first, _, _ := strings.Cut(strings.TrimLeft(h.Name, "/"), "/"); first == stateDirName {
+		j.noteOnce("members named "+stateDirName+" (reserved, refused)", h.Name, nil)
+	}
+}
+
+func hasDotDot(p string) bool {
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// Stage takes the data of one member during a one-pass index build
+// (index.BuildOptions.OnMember): a regular file's data is copied to the
+// writer pool, which writes it to a temporary file; Run later moves it
+// into place with its metadata. Other members are only screened. It
+// blocks while the pool holds MemoryBytes.
+func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
+	j.Screen(h)
+	if j.complete || h.Typeflag != tarscan.TypeReg || h.StoredSize <= 0 {
+		return nil
+	}
+	wf := j.newWfile(fmt.Sprintf("s%x", h.DataOffset), h.Size, h.Sparse != nil)
+	wf.dir = j.stageDirs[(h.DataOffset>>9)%stageBuckets]
+	wf.finish = func(wf *wfile) error {
+		defer j.stageWG.Done()
+		return wf.close()
+	}
+	var chunks []index.SparseChunk
+	for _, c := range h.Sparse {
+		chunks = append(chunks, index.SparseChunk{Offset: c.Offset, Length: c.Length})
+	}
+	j.stageMu.Lock()
+	j.staged[h.DataOffset] = wf
+	j.stageMu.Unlock()
+	j.stageWG.Add(1)
+	wf.pending.Store(1)
+	for stored := int64(0); stored < h.StoredSize; {
+		n := min(stageChunkBytes, h.StoredSize-stored)
+		if err := j.sem.Acquire(j.ctx, n); err != nil {
+			return j.failure()
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(data, buf); err != nil {
+			j.sem.Release(n)
+			return err
+		}
+		pcs := logicalPieces(chunks, wf.sparse, stored, buf)
+		if len(pcs) == 0 {
+			j.sem.Release(n)
+		}
+		// The buffer goes back to the budget with its last piece.
+		left := new(atomic.Int32)
+		left.Store(int32(len(pcs)))
+		for _, p := range pcs {
+			wf.pending.Add(1)
+			if err := j.submit(func() error {
+				err := j.writePiece(wf, p.at, p.data)
+				if left.Add(-1) == 0 {
+					j.sem.Release(n)
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		stored += n
+	}
+	return wf.pieceDone()
+}
+
+// piece is file data at a logical offset.
+type piece struct {
+	at   int64
+	data []byte
+}
+
+// logicalPieces splits data, which starts at stored offset off of a file,
+// into pieces at logical offsets (chunks map stored to logical offsets for
+// a sparse file).
+func logicalPieces(chunks []index.SparseChunk, sparse bool, off int64, data []byte) []piece {
+	if !sparse {
+		return []piece{{off, data}}
+	}
+	var out []piece
+	var base int64 // stored offset of chunk c
+	for _, c := range chunks {
+		if len(data) == 0 {
+			break
+		}
+		if off < base+c.Length {
+			k := min(int64(len(data)), base+c.Length-off)
+			out = append(out, piece{c.Offset + off - base, data[:k]})
+			data, off = data[k:], off+k
+		}
+		base += c.Length
+	}
+	return out
+}
+
+// wfile is a regular file being written under a temporary name.
+type wfile struct {
+	id      index.EntryID
+	tmp     string // name in dir
+	dir     int    // the directory of tmp: the tmp directory or one of stageDirs
+	size    int64
+	sparse  bool
+	anon    bool                           // made with O_TMPFILE: no name until placed
+	staged  bool                           // staged by Stage under tmp in the tmp directory
+	pending atomic.Int64                   // pieces not yet written (+1 while more may come)
+	finish  func(*wfile) error             // called once when pending reaches 0
+	mu      sync.Mutex                     // guards f
+	f       *os.File                       // opened by the first piece
+	opener  func(*wfile) (*os.File, error) // how to open it (set by the job)
+}
+
+func (w *wfile) file() (*os.File, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f != nil {
+		return w.f, nil
+	}
+	f, err := w.opener(w)
+	if err != nil {
+		return nil, err
+	}
+	w.f = f
+	return f, nil
+}
+
+func (w *wfile) close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return nil
+	}
+	err := w.f.Close()
+	w.f = nil
+	return err
+}
+
+func (w *wfile) pieceDone() error {
+	if w.pending.Add(-1) == 0 {
+		return w.finish(w)
+	}
+	return nil
+}
+
+// createTmp creates (or truncates) name in the tmp directory for writing,
+// with the size of the file when it is sparse so that holes stay holes.
+func (j *Job) createTmp(dirfd int, name string, size int64, truncate bool) (*os.File, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create %s/%s/%s: %w", stateDirName, tmpDirName, name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if truncate && size > 0 {
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func (j *Job) newWfile(tmp string, size int64, sparse bool) *wfile {
+	return &wfile{tmp: tmp, dir: j.tmpFd, size: size, sparse: sparse,
+		opener: func(w *wfile) (*os.File, error) { return j.createTmp(w.dir, w.tmp, w.size, w.sparse) }}
+}
+
+func (j *Job) writePiece(wf *wfile, at int64, data []byte) error {
+	f, err := wf.file()
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(data, at); err != nil {
+		return fmt.Errorf("write %s: %w", wf.tmp, err)
+	}
+	j.prog.Bytes.Add(int64(len(data)))
+	return wf.pieceDone()
+}
+
+// Close stops the writers, closes what the job holds open and logs what it
+// refused. It is idempotent; it does not wait for Run, which the caller
+// ends by cancelling its context.
+func (j *Job) Close() error {
+	j.closeOnce.Do(func() {
+		j.cancel()
+		if j.tasks != nil {
+			close(j.tasks)
+			j.workers.Wait()
+		}
+		if j.jr != nil {
+			j.jr.Close()
+		}
+		for _, fd := range j.dirfd {
+			if fd >= 0 && int(fd) != j.rootFd {
+				unix.Close(int(fd))
+			}
+		}
+		for _, fd := range append(j.stageDirs[:], j.tmpFd, j.stateFd, j.rootFd) {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		if j.root != nil {
+			j.root.Close()
+		}
+	})
+	return nil
+}
+
+// OpenLocal opens the file of entry id in DIR if it is complete there, for
+// reading; it returns false when it is not (yet). Safe for concurrent use.
+func (j *Job) OpenLocal(id index.EntryID) (*os.File, bool) {
+	v := j.view.Load()
+	if v == nil || !v.isSet(id) {
+		return nil, false
+	}
+	f, err := j.root.OpenFile(v.ix.Path(id), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		j.log.Debug("open materialized file", "path", v.ix.Path(id), "err", err)
+		return nil, false
+	}
+	return f, true
+}
+
+// pathOf names id in messages.
+func (j *Job) pathOf(ix *index.Index, id index.EntryID) string {
+	return path.Clean("/" + ix.Path(id))[1:]
+}

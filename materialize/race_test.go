@@ -1,0 +1,5 @@
+//go:build race
+
+package materialize
+
+const raceEnabled = true

@@ -1,0 +1,513 @@
+package materialize
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/index"
+)
+
+// Run writes every entry of ix that is not yet in DIR, then the metadata
+// of the directories, and marks DIR complete. File data comes from what
+// Stage wrote, else from spans (nil when everything was staged). Run is
+// called once; it returns when DIR is complete, or with the first error
+// (ctx's included), leaving the job resumable by a later Open.
+func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
+	v := newView(ix)
+	if j.complete {
+		for id := range ix.Len() {
+			v.set(index.EntryID(id))
+		}
+		j.view.Store(v)
+		return nil
+	}
+	stop := context.AfterFunc(ctx, j.cancel)
+	defer stop()
+	for _, id := range j.resume {
+		if e := ix.Entry(id); e != nil && e.Type == index.TypeReg {
+			v.set(id)
+		}
+	}
+	j.view.Store(v)
+
+	if err := j.makeDirs(ix); err != nil {
+		return err
+	}
+	// Staged data must be complete before it is moved into place.
+	staged := make(chan struct{})
+	go func() {
+		j.stageWG.Wait()
+		close(staged)
+	}()
+	select {
+	case <-staged:
+	case <-j.ctx.Done():
+		return j.failure()
+	}
+	if err := j.writeAll(ix, v, spans); err != nil {
+		return err
+	}
+	return j.finish(ix)
+}
+
+// makeDirs makes every directory, parents first, and keeps each open;
+// it also collects the extra names (hard links) of other entries.
+func (j *Job) makeDirs(ix *index.Index) error {
+	n := ix.Len()
+	j.dirfd = make([]int32, n)
+	for i := range j.dirfd {
+		j.dirfd[i] = -1
+	}
+	j.dirfd[index.RootID] = int32(j.rootFd)
+	j.extra = map[index.EntryID][]name{}
+	queue := []index.EntryID{index.RootID}
+	for k := 0; k < len(queue); k++ {
+		d := queue[k]
+		for _, c := range ix.Children(d) {
+			e := ix.Entry(c.ID)
+			if e == nil || c.ID == index.RootID {
+				return fmt.Errorf("%w: entry %d listed in directory %d", index.ErrBadIndex, c.ID, d)
+			}
+			if !validName(c.Name) || (d == index.RootID && c.Name == stateDirName) {
+				j.noteOnce("names that are not one path component or are reserved (refused)", c.Name, nil)
+				continue
+			}
+			if e.Parent != d || e.Name != c.Name {
+				if e.Type == index.TypeDir {
+					return fmt.Errorf("%w: directory %d has two names", index.ErrBadIndex, c.ID)
+				}
+				j.extra[c.ID] = append(j.extra[c.ID], name{d, c.Name})
+				continue
+			}
+			if e.Type != index.TypeDir {
+				continue
+			}
+			if j.dirfd[c.ID] >= 0 {
+				return fmt.Errorf("%w: directory %d listed twice", index.ErrBadIndex, c.ID)
+			}
+			fd, err := mkdirBeneath(int(j.dirfd[d]), c.Name)
+			if err != nil {
+				return fmt.Errorf("%s: %w", ix.Path(c.ID), err)
+			}
+			j.dirfd[c.ID] = int32(fd)
+			j.prog.Entries.Add(1)
+			queue = append(queue, c.ID)
+		}
+	}
+	return nil
+}
+
+// parentFd returns the open directory that holds the first name of e.
+func (j *Job) parentFd(ix *index.Index, id index.EntryID, e *index.Entry) (int, error) {
+	if int(e.Parent) >= len(j.dirfd) || j.dirfd[e.Parent] < 0 || !validName(e.Name) {
+		return -1, fmt.Errorf("%w: entry %d (%s) has no directory", index.ErrBadIndex, id, ix.Path(id))
+	}
+	return int(j.dirfd[e.Parent]), nil
+}
+
+// segment is stored data of a file: tar stream bytes [start, end) that go
+// to the file at logical offset at.
+type segment struct {
+	f          *wfile
+	start, end int64
+	at         int64
+}
+
+// writeAll writes every non-directory entry, in parallel, and returns once
+// all are done.
+func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
+	var segs []segment
+	var files, bytes int64
+	for i := 1; i < ix.Len(); i++ {
+		id := index.EntryID(i)
+		e := ix.Entry(id)
+		if e.Type == index.TypeDir || j.dirfd[e.Parent] < 0 {
+			continue // unreachable or refused parent: nothing to write
+		}
+		switch e.Type {
+		case index.TypeReg:
+		default:
+			if err := j.submit(func() error { return j.writeSpecial(ix, id, e) }); err != nil {
+				return err
+			}
+			continue
+		}
+		if v.isSet(id) {
+			continue
+		}
+		stored := ix.StoredSize(id)
+		files++
+		bytes += stored
+		wf := j.newWfile(fmt.Sprintf("f%d", id), e.Size, e.Sparse)
+		wf.id = id
+		pfd := int(j.dirfd[e.Parent])
+		wf.opener = func(w *wfile) (*os.File, error) { return j.createAnon(w, pfd) }
+		wf.finish = func(wf *wfile) error { return j.finishFile(ix, v, wf) }
+		if stored == 0 {
+			if err := j.submitWhole(wf); err != nil {
+				return err
+			}
+			continue
+		}
+		j.stageMu.Lock()
+		sf := j.staged[int64(e.DataOffset)]
+		j.stageMu.Unlock()
+		if sf != nil {
+			wf.tmp, wf.dir, wf.staged = sf.tmp, sf.dir, true
+			wf.opener = func(w *wfile) (*os.File, error) {
+				fd, err := unix.Openat(w.dir, w.tmp, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+				if err != nil {
+					return nil, fmt.Errorf("open staged %s: %w", w.tmp, err)
+				}
+				return os.NewFile(uintptr(fd), w.tmp), nil
+			}
+			if err := j.submitWhole(wf); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.Sparse {
+			off := int64(e.DataOffset)
+			for _, c := range ix.SparseMap(id) {
+				segs = append(segs, segment{wf, off, off + c.Length, c.Offset})
+				off += c.Length
+			}
+		} else {
+			segs = append(segs, segment{wf, int64(e.DataOffset), int64(e.DataOffset) + stored, 0})
+		}
+	}
+	j.prog.FilesTotal.Add(files)
+	j.prog.BytesTotal.Add(bytes)
+	if len(segs) > 0 {
+		if spans == nil {
+			return fmt.Errorf("materialize: %d file pieces need the archive, but it cannot be read in spans", len(segs))
+		}
+		if err := j.writeSpans(spans, segs); err != nil {
+			return err
+		}
+	}
+	j.pending.Wait()
+	return j.failure()
+}
+
+// writeSpans reads the spans that hold segs, opts.Decoders at once in
+// archive order, and hands each piece to the writers.
+func (j *Job) writeSpans(spans Spans, segs []segment) error {
+	sort.Slice(segs, func(a, b int) bool { return segs[a].start < segs[b].start })
+	type spanWork struct {
+		i        int
+		from, to int64
+		segs     []segment // clipped to the span
+	}
+	var work []spanWork
+	k := 0
+	for i := range spans.Len() {
+		s, e := spans.Bounds(i)
+		for k < len(segs) && segs[k].end <= s {
+			k++
+		}
+		w := spanWork{i: i, from: e, to: s}
+		for m := k; m < len(segs) && segs[m].start < e; m++ {
+			g := segs[m]
+			from, to := max(g.start, s), min(g.end, e)
+			if from >= to {
+				continue
+			}
+			w.segs = append(w.segs, segment{g.f, from, to, g.at + from - g.start})
+			g.f.pending.Add(1)
+			w.from, w.to = min(w.from, from), max(w.to, to)
+		}
+		if len(w.segs) > 0 {
+			work = append(work, w)
+		}
+	}
+	// Every piece is counted before any is written.
+	for _, g := range segs {
+		if g.f.pending.Load() == 0 {
+			return fmt.Errorf("%w: data of %d at %d lies outside every span", index.ErrCorrupt, g.f.id, g.start)
+		}
+	}
+	g, ctx := errgroup.WithContext(j.ctx)
+	g.SetLimit(j.opts.Decoders)
+	for _, w := range work {
+		size := min(w.to-w.from, j.memory)
+		if err := j.opts.Gate.Wait(ctx); err != nil {
+			break
+		}
+		if err := j.sem.Acquire(ctx, size); err != nil {
+			break
+		}
+		g.Go(func() error {
+			if err := j.opts.Gate.Wait(ctx); err != nil {
+				j.sem.Release(size)
+				return err
+			}
+			data, err := spans.Read(ctx, w.i, w.from, w.to)
+			if err != nil {
+				j.sem.Release(size)
+				return err
+			}
+			j.prog.Input.Add(spans.Stored(w.i))
+			ref := &spanRef{release: func() { j.sem.Release(size) }}
+			ref.left.Store(int64(len(w.segs)))
+			for _, s := range w.segs {
+				if err := j.submit(func() error {
+					defer ref.done()
+					return j.writePiece(s.f, s.at, data[s.start-w.from:s.end-w.from])
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		j.fail(err)
+		return j.failure()
+	}
+	return j.failure()
+}
+
+// finishFile applies the metadata of a fully written file, moves it into
+// place, makes its other names and journals it.
+func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
+	id := wf.id
+	e := ix.Entry(id)
+	f, err := wf.file()
+	if err != nil {
+		return err
+	}
+	p := j.pathOf(ix, id)
+	defer wf.close()
+	if err := setMetaFd(int(f.Fd()), e, ix.Xattrs(id), j.meta, j.warn, p); err != nil {
+		return err
+	}
+	pfd, err := j.parentFd(ix, id, e)
+	if err != nil {
+		return err
+	}
+	if err := j.place(wf, f, pfd, e.Name); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if err := wf.close(); err != nil {
+		return fmt.Errorf("close %s: %w", p, err)
+	}
+	if err := j.linkNames(ix, id, e, pfd); err != nil {
+		return err
+	}
+	j.markDone(v, id)
+	j.prog.Files.Add(1)
+	j.prog.Entries.Add(1)
+	return nil
+}
+
+// createAnon creates a file with no name in directory dirfd (O_TMPFILE),
+// which place links in once it is complete: a crash leaves nothing
+// behind, and writers in different directories take no common lock (a
+// rename from one temporary directory would serialize them on the
+// filesystem's rename lock). Where O_TMPFILE is not supported, the file
+// is made under a name in the tmp directory.
+func (j *Job) createAnon(w *wfile, dirfd int) (*os.File, error) {
+	if !j.noTmpfile.Load() {
+		fd, err := unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			f := os.NewFile(uintptr(fd), w.tmp)
+			if w.sparse && w.size > 0 {
+				if err := f.Truncate(w.size); err != nil {
+					f.Close()
+					return nil, err
+				}
+			}
+			w.anon = true
+			return f, nil
+		}
+		if err != unix.EOPNOTSUPP && err != unix.EISDIR && err != unix.EINVAL {
+			return nil, fmt.Errorf("create file: %w", err)
+		}
+		j.noTmpfile.Store(true)
+	}
+	return j.createTmp(w.dir, w.tmp, w.size, w.sparse)
+}
+
+// place gives the complete file w (open as f) its name in dirfd,
+// replacing what is there.
+func (j *Job) place(w *wfile, f *os.File, dirfd int, name string) error {
+	switch {
+	case w.anon:
+		err := j.linkFd(f, dirfd, name)
+		if err != unix.EEXIST {
+			return err
+		}
+		unix.Unlinkat(j.tmpFd, w.tmp, 0)
+		if err := j.linkFd(f, j.tmpFd, w.tmp); err != nil {
+			return err
+		}
+		return renameInto(j.tmpFd, w.tmp, dirfd, name)
+	case w.staged:
+		// A link and an unlink take no filesystem-wide lock, unlike
+		// a rename across directories.
+		err := unix.Linkat(w.dir, w.tmp, dirfd, name, 0)
+		if err == nil {
+			unix.Unlinkat(w.dir, w.tmp, 0)
+			return nil
+		}
+		if err != unix.EEXIST {
+			return fmt.Errorf("link: %w", err)
+		}
+	}
+	return renameInto(w.dir, w.tmp, dirfd, name)
+}
+
+// linkFd links the unnamed file f in as name in dirfd: with AT_EMPTY_PATH
+// where allowed (CAP_DAC_READ_SEARCH), else through its /proc link.
+func (j *Job) linkFd(f *os.File, dirfd int, name string) error {
+	if !validName(name) {
+		return fmt.Errorf("%w: %q", errBadName, name)
+	}
+	if j.meta.chown {
+		err := unix.Linkat(int(f.Fd()), "", dirfd, name, unix.AT_EMPTY_PATH)
+		if err != unix.ENOENT && err != unix.EPERM {
+			return err
+		}
+	}
+	return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), dirfd, name, unix.AT_SYMLINK_FOLLOW)
+}
+
+// linkNames makes the other names of id (hard links to its first name).
+func (j *Job) linkNames(ix *index.Index, id index.EntryID, e *index.Entry, pfd int) error {
+	for k, n := range j.extra[id] {
+		dfd := j.dirfd[n.dir]
+		if dfd < 0 {
+			continue
+		}
+		if err := linkInto(pfd, e.Name, int(dfd), n.name, j.tmpFd, fmt.Sprintf("h%d-%d", id, k)); err != nil {
+			return fmt.Errorf("%s: %w", path.Join(ix.Path(n.dir), n.name), err)
+		}
+		j.prog.Entries.Add(1)
+	}
+	return nil
+}
+
+// writeSpecial makes a symlink, fifo or device in the tmp directory with
+// its metadata and moves it into place.
+func (j *Job) writeSpecial(ix *index.Index, id index.EntryID, e *index.Entry) error {
+	p := j.pathOf(ix, id)
+	tmp := fmt.Sprintf("e%d", id)
+	unix.Unlinkat(j.tmpFd, tmp, 0)
+	var err error
+	switch e.Type {
+	case index.TypeSymlink:
+		if pointsOutside(p, e.Linkname) {
+			j.noteOnce("symlinks pointing outside DIR (made as they are, never followed while writing)", p, nil)
+		}
+		err = unix.Symlinkat(e.Linkname, j.tmpFd, tmp)
+	case index.TypeFIFO:
+		err = unix.Mknodat(j.tmpFd, tmp, unix.S_IFIFO|0o600, 0)
+	case index.TypeChar, index.TypeBlock:
+		if !j.meta.chown {
+			j.noteOnce("devices skipped (need root)", p, nil)
+			return nil
+		}
+		mode := uint32(unix.S_IFCHR)
+		if e.Type == index.TypeBlock {
+			mode = unix.S_IFBLK
+		}
+		err = unix.Mknodat(j.tmpFd, tmp, mode|0o600, int(unix.Mkdev(e.Devmajor, e.Devminor)))
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("make %s: %w", p, err)
+	}
+	if err := setMetaAt(j.tmpFd, tmp, e, ix.Xattrs(id), j.meta, j.warn, p); err != nil {
+		return err
+	}
+	pfd, err := j.parentFd(ix, id, e)
+	if err != nil {
+		return err
+	}
+	if err := renameInto(j.tmpFd, tmp, pfd, e.Name); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	j.prog.Entries.Add(1)
+	return j.linkNames(ix, id, e, pfd)
+}
+
+// pointsOutside reports whether symlink p (relative to DIR) with target
+// leads outside DIR when followed.
+func pointsOutside(p, target string) bool {
+	if strings.HasPrefix(target, "/") {
+		return true
+	}
+	c := path.Clean(path.Join(path.Dir(p), target))
+	return c == ".." || strings.HasPrefix(c, "../")
+}
+
+// finish applies the directories' metadata (DIR's own last, once the state
+// directory is gone), makes everything durable when asked (Options.Sync)
+// and marks DIR complete.
+func (j *Job) finish(ix *index.Index) error {
+	if err := j.jr.Close(); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	for i := 1; i < ix.Len(); i++ {
+		id := index.EntryID(i)
+		if fd := j.dirfd[id]; fd >= 0 {
+			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, j.warn, j.pathOf(ix, id)); err != nil {
+				return err
+			}
+		}
+	}
+	for i, fd := range append(j.stageDirs[:], j.tmpFd, j.stateFd) {
+		unix.Close(fd)
+		if i < stageBuckets {
+			j.stageDirs[i] = -1
+		}
+	}
+	j.tmpFd, j.stateFd = -1, -1
+	if err := removeTree(j.rootFd, stateDirName); err != nil {
+		return fmt.Errorf("remove %s: %w", stateDirName, err)
+	}
+	if root := ix.Entry(index.RootID); hasRootMember(root, ix.Xattrs(index.RootID)) {
+		if err := setMetaFd(j.rootFd, root, ix.Xattrs(index.RootID), j.meta, j.warn, "."); err != nil {
+			return err
+		}
+	}
+	if j.opts.Sync {
+		if err := unix.Syncfs(j.rootFd); err != nil {
+			return fmt.Errorf("sync %s: %w", j.dir, err)
+		}
+	}
+	if err := writeMarker(j.dir, marker{Source: j.key, Complete: true}); err != nil {
+		return err
+	}
+	j.report()
+	return nil
+}
+
+// hasRootMember tells an archive with a member for its top directory
+// ("./"), whose metadata tar -x applies to DIR, from one without, for
+// which the index holds defaults and DIR is left as it is.
+func hasRootMember(e *index.Entry, xattrs []index.Xattr) bool {
+	return e.MTime != 0 || e.Mode != 0o755 || e.UID != 0 || e.GID != 0 || len(xattrs) > 0
+}
+
+// spanRef releases a span's memory once its last piece is written.
+type spanRef struct {
+	left    atomic.Int64
+	release func()
+}
+
+func (r *spanRef) done() {
+	if r.left.Add(-1) == 0 {
+		r.release()
+	}
+}

@@ -1,0 +1,79 @@
+package materialize
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/tarmount/tarmount/index"
+)
+
+// IndexSpans returns the spans of an archive read through r: its
+// checkpoint spans, each decoded and verified on its own (without r's
+// cache), when the index has them; for a plain tar, pieces of rawSpanBytes
+// read from src with one ranged read each. It returns nil for a compressed
+// archive without checkpoints, which only a one-pass extraction (Stage)
+// can read.
+func IndexSpans(r *index.Reader, src index.Source) Spans {
+	switch {
+	case r.HasSpans():
+		return indexSpans{r}
+	case r.Codec == index.CodecNone:
+		return rawSpans{src: src, size: r.TarSize}
+	}
+	return nil
+}
+
+type indexSpans struct{ r *index.Reader }
+
+func (s indexSpans) Len() int { return s.r.NumSpans() }
+
+func (s indexSpans) Bounds(i int) (int64, int64) {
+	a, b := s.r.SpanBounds(i)
+	return int64(a), int64(b)
+}
+
+func (s indexSpans) Stored(i int) int64 { return s.r.SpanStoredBytes(i) }
+
+func (s indexSpans) Read(ctx context.Context, i int, from, to int64) ([]byte, error) {
+	data, err := s.r.DecodeSpan(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	start, _ := s.r.SpanBounds(i)
+	return data[from-int64(start) : to-int64(start)], nil
+}
+
+// rawSpanBytes is the size of the pieces of a plain tar read at once.
+const rawSpanBytes = 4 << 20
+
+type rawSpans struct {
+	src  index.Source
+	size int64
+}
+
+func (s rawSpans) Len() int { return int((s.size + rawSpanBytes - 1) / rawSpanBytes) }
+
+func (s rawSpans) Bounds(i int) (int64, int64) {
+	return int64(i) * rawSpanBytes, min(int64(i+1)*rawSpanBytes, s.size)
+}
+
+func (s rawSpans) Stored(i int) int64 {
+	a, b := s.Bounds(i)
+	return b - a
+}
+
+func (s rawSpans) Read(ctx context.Context, i int, from, to int64) ([]byte, error) {
+	p := make([]byte, to-from)
+	n, err := s.src.ReadAt(ctx, p, from)
+	if err == io.EOF && n == len(p) {
+		err = nil
+	}
+	if err == nil && n < len(p) {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read archive at %d: %w", from, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,207 @@
+package materialize
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tarmount/tarmount/index"
+)
+
+// State on disk, for resuming and for telling our DIR from somebody
+// else's:
+//
+//	PARENT/.BASE.tarmount        marker, JSON {"source": KEY, "complete": bool},
+//	                             written (atomically) before the first byte goes
+//	                             into DIR and again once DIR is complete
+//	DIR/.tarmount-partial/       only while DIR is incomplete
+//	    journal                  "tarmount-journal 1 KEY\n" then one decimal entry
+//	                             id per line, for each regular file that is complete
+//	                             under all its names (data, owner, mode, xattrs,
+//	                             times); a torn last line is ignored
+//	    tmp/                     files being written, renamed into place when done;
+//	                             emptied when a job starts
+//
+// The marker lives beside DIR so that DIR itself ends up holding exactly
+// the archive's tree; the journal lives in DIR so that it goes away with
+// the data it describes.
+
+const (
+	stateDirName = ".tarmount-partial"
+	journalName  = "journal"
+	tmpDirName   = "tmp"
+	journalMagic = "tarmount-journal 1 "
+)
+
+type marker struct {
+	Source   string `json:"source"`
+	Complete bool   `json:"complete"`
+}
+
+// markerPath returns where the marker of dir lives.
+func markerPath(dir string) string {
+	return filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".tarmount")
+}
+
+func readMarker(dir string) (marker, bool) {
+	var m marker
+	data, err := os.ReadFile(markerPath(dir))
+	if err != nil || json.Unmarshal(data, &m) != nil || m.Source == "" {
+		return marker{}, false
+	}
+	return m, true
+}
+
+// writeMarker replaces the marker atomically and makes it durable.
+func writeMarker(dir string, m marker) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	p := markerPath(dir)
+	tmp := p + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write state marker beside %s: %w", dir, err)
+	}
+	_, err = f.Write(append(data, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write state marker beside %s: %w", dir, err)
+	}
+	return nil
+}
+
+// readJournal returns the ids a journal of source key lists, or nil when
+// there is no journal of that source.
+func readJournal(path, key string, n int) []index.EntryID {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	first, rest, ok := bytes.Cut(data, []byte("\n"))
+	if !ok || string(first) != journalMagic+key {
+		return nil
+	}
+	var ids []index.EntryID
+	for len(rest) > 0 {
+		line, tail, ok := bytes.Cut(rest, []byte("\n"))
+		if !ok {
+			break // torn last line
+		}
+		rest = tail
+		v, err := strconv.ParseUint(string(line), 10, 32)
+		if err != nil || int(v) >= n {
+			continue
+		}
+		ids = append(ids, index.EntryID(v))
+	}
+	return ids
+}
+
+// journal appends completed entry ids, in batches: Add buffers, and the
+// buffer is written when it grows or every flushEvery.
+type journal struct {
+	mu   sync.Mutex
+	f    *os.File
+	w    *bufio.Writer
+	err  error
+	stop chan struct{}
+	done chan struct{}
+}
+
+const flushEvery = 200 * time.Millisecond
+
+// openJournal opens the journal at path for appending, starting it over
+// (with a header for key) unless keep.
+func openJournal(path, key string, keep bool) (*journal, error) {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	if !keep {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	j := &journal{f: f, w: bufio.NewWriterSize(f, 16<<10), stop: make(chan struct{}), done: make(chan struct{})}
+	if !keep {
+		if _, err := f.WriteString(journalMagic + key + "\n"); err != nil {
+			f.Close()
+			return nil, err
+		}
+	} else if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		// End a torn last line so that the next id starts a line.
+		buf := make([]byte, 1)
+		if _, err := f.ReadAt(buf, st.Size()-1); err == nil && buf[0] != '\n' {
+			f.WriteString("\n")
+		}
+	}
+	go j.loop()
+	return j, nil
+}
+
+func (j *journal) loop() {
+	defer close(j.done)
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-t.C:
+			j.mu.Lock()
+			if j.err == nil {
+				j.err = j.w.Flush()
+			}
+			j.mu.Unlock()
+		}
+	}
+}
+
+// Add records id as complete.
+func (j *journal) Add(id index.EntryID) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.err != nil {
+		return
+	}
+	var buf [16]byte
+	b := strconv.AppendUint(buf[:0], uint64(id), 10)
+	b = append(b, '\n')
+	_, j.err = j.w.Write(b)
+}
+
+// Close flushes and closes the journal. It is idempotent.
+func (j *journal) Close() error {
+	select {
+	case <-j.stop:
+		return nil
+	default:
+	}
+	close(j.stop)
+	<-j.done
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.err == nil {
+		j.err = j.w.Flush()
+	}
+	if err := j.f.Close(); j.err == nil {
+		j.err = err
+	}
+	return j.err
+}

@@ -1,0 +1,306 @@
+package tests
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/tests/treecmp"
+)
+
+// runExtract runs `tarmount extract URL DIR args...` and returns its
+// output.
+func runExtract(t *testing.T, url, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"extract", url, dir}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tarmount extract: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// TestExtractMatchesTarExtract extracts archives of the corpus over HTTP
+// with `tarmount extract`, cold (one pass, which saves the index) and then
+// with the saved index (parallel spans), and in the background of a mount
+// (--materialize), and compares each tree with what GNU tar extracts.
+func TestExtractMatchesTarExtract(t *testing.T) {
+	needFUSE(t)
+	cases := []struct {
+		spec corpus.Spec
+		many int
+	}{
+		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, 2000},
+		{corpus.Spec{Tool: "gnutar", Format: "gnu", Codec: "none"}, 0},
+		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip-multi"}, 0},
+		{corpus.Spec{Tool: "go", Format: "ustar", Codec: "pigz"}, 0},
+		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd-multi"}, 0},
+		{corpus.Spec{Tool: "go", Format: "pax", Codec: "zstd-seekable"}, 0},
+		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "lz4"}, 0},
+		{corpus.Spec{Tool: "gnutar", Format: "gnu", Codec: "lz4-linked"}, 0},
+		// Stream-only: extract runs one pass each time; --materialize
+		// reads spans from the decoded copy the mount's pass wrote.
+		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd"}, 0},
+		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "xz"}, 0},
+	}
+	if raceEnabled {
+		cases[0].many = 200
+	}
+	for _, tc := range cases {
+		t.Run(tc.spec.String(), func(t *testing.T) {
+			t.Parallel()
+			work := t.TempDir()
+			src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
+			os.Mkdir(served, 0o755)
+			opts := corpus.TreeOptionsFor(tc.spec)
+			opts.Many = tc.many
+			corpus.MakeTree(t, src, opts)
+			archive := filepath.Join(served, "a"+tc.spec.Ext())
+			corpus.Archive(t, src, archive, tc.spec)
+			corpus.Extract(t, archive, ref)
+			base, _ := serve(t, served)
+			url := base + "/" + filepath.Base(archive)
+			cache := filepath.Join(work, "cache")
+
+			cold := filepath.Join(work, "cold")
+			out := runExtract(t, url, cold, "--cache-dir", cache, "--span", "262144")
+			if !strings.Contains(out, "(one pass)") {
+				t.Errorf("first extract did not run in one pass:\n%s", out)
+			}
+			treecmp.Compare(t, ref, cold, treecmp.Options{MaxErrors: 20})
+
+			warm := filepath.Join(work, "warm")
+			out = runExtract(t, url, warm, "--cache-dir", cache, "--write-workers", "3", "--decode-workers", "2")
+			streamOnly := tc.spec.Codec == "zstd" || tc.spec.Codec == "xz"
+			if want := "(parallel spans)"; streamOnly {
+				if want = "(one pass)"; !strings.Contains(out, want) {
+					t.Errorf("extract of a stream-only archive did not run in one pass:\n%s", out)
+				}
+			} else if !strings.Contains(out, want) {
+				t.Errorf("extract with a saved index did not read spans in parallel:\n%s", out)
+			}
+			treecmp.Compare(t, ref, warm, treecmp.Options{MaxErrors: 20})
+			out = runExtract(t, url, warm, "--cache-dir", cache)
+			if !strings.Contains(out, "already complete") {
+				t.Errorf("extract into a complete directory: %s", out)
+			}
+
+			mat := filepath.Join(work, "mat")
+			m := mount(t, url, "--cache-dir", cache, "--materialize", mat)
+			waitLog(t, m, "msg=materialized")
+			treecmp.Compare(t, ref, mat, treecmp.Options{MaxErrors: 20})
+			treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+			m.stop(t)
+		})
+	}
+}
+
+// waitLog waits until the mount's log has s.
+func waitLog(t *testing.T, m *mounted, s string) {
+	t.Helper()
+	deadline := time.After(3 * time.Minute)
+	for !strings.Contains(m.stderr.String(), s) {
+		select {
+		case <-m.exited:
+			t.Fatalf("tarmount exited: %v\n%s", m.err, m.stderr)
+		case <-deadline:
+			t.Fatalf("no %q after 3 minutes:\n%s", s, m.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// journalLines counts the entries in DIR's journal.
+func journalLines(dir string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, ".tarmount-partial", "journal"))
+	return strings.Count(string(b), "\n") - 1
+}
+
+// TestExtractKill9Resumes kills `tarmount extract` with SIGKILL in the
+// middle, from a slow server, and runs it again: the result equals what
+// tar -x extracts. It does so in the one-pass mode (killed while staging)
+// and with an index (killed once the journal has entries).
+func TestExtractKill9Resumes(t *testing.T) {
+	needFUSE(t)
+	work := t.TempDir()
+	src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
+	os.Mkdir(served, 0o755)
+	many := 3000
+	if raceEnabled {
+		many = 500
+	}
+	corpus.MakeTree(t, src, corpus.TreeOptions{Many: many})
+	archive := filepath.Join(served, "a.tar.gz")
+	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	corpus.Extract(t, archive, ref)
+	st, _ := os.Stat(archive)
+	// Slow enough that the extraction takes a few seconds.
+	h := shaped.NewHandler(served, shaped.Options{Rate: st.Size() / 4, Latency: 5 * time.Millisecond})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	url := srv.URL + "/a.tar.gz"
+
+	kill := func(t *testing.T, dir string, args []string, ready func() bool) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"extract", url, dir, "--quiet"}, args...)...)
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		deadline := time.After(2 * time.Minute)
+		for !ready() {
+			select {
+			case err := <-exited:
+				t.Fatalf("extract ended before it could be killed: %v\n%s", err, out.String())
+			case <-deadline:
+				cmd.Process.Kill()
+				t.Fatalf("extract never got ready to be killed\n%s", out.String())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+	}
+	t.Run("one-pass", func(t *testing.T) {
+		dir := filepath.Join(work, "cold")
+		cache := filepath.Join(work, "cache-cold")
+		tmp := filepath.Join(dir, ".tarmount-partial", "tmp")
+		kill(t, dir, []string{"--cache-dir", cache}, func() bool {
+			staged, _ := filepath.Glob(filepath.Join(tmp, "*", "s*"))
+			return len(staged) > 50
+		})
+		if _, err := os.Stat(filepath.Join(dir, ".tarmount-partial")); err != nil {
+			t.Fatalf("no state left by the killed run: %v", err)
+		}
+		runExtract(t, url, dir, "--cache-dir", cache)
+		treecmp.Compare(t, ref, dir, treecmp.Options{MaxErrors: 20})
+	})
+	t.Run("indexed", func(t *testing.T) {
+		dir := filepath.Join(work, "warm")
+		cache := filepath.Join(work, "cache-warm")
+		idx := exec.Command(binary, "index", url, "--cache-dir", cache, "-o", filepath.Join(work, "a.idx"), "--span", "131072")
+		if out, err := idx.CombinedOutput(); err != nil {
+			t.Fatalf("index: %v\n%s", err, out)
+		}
+		args := []string{"--index", filepath.Join(work, "a.idx"), "--decode-workers", "2"}
+		kill(t, dir, args, func() bool { return journalLines(dir) > 100 })
+		done := journalLines(dir)
+		h.ResetStats()
+		out := runExtract(t, url, dir, args...)
+		treecmp.Compare(t, ref, dir, treecmp.Options{MaxErrors: 20})
+		if done <= 0 {
+			t.Errorf("journal had %d entries at the kill", done)
+		}
+		if got, total := h.Stats().Bytes, st.Size(); got >= total {
+			t.Errorf("the resumed run fetched %d bytes, want less than the archive (%d): it did not resume", got, total)
+		}
+		t.Logf("killed with %d files journaled; resumed run fetched %d of %d bytes: %s", done, h.Stats().Bytes, st.Size(), strings.TrimSpace(out))
+	})
+}
+
+// TestMaterializeColdReads measures cold reads through the mount of files
+// that materialization has not reached yet, with and without
+// materialization running, over a server shaped like object storage: the
+// background job must not make them wait (within 2x).
+func TestMaterializeColdReads(t *testing.T) {
+	needFUSE(t)
+	if raceEnabled {
+		t.Skip("a latency measurement means nothing under the race detector")
+	}
+	work := t.TempDir()
+	src, served := filepath.Join(work, "src"), filepath.Join(work, "served")
+	os.Mkdir(served, 0o755)
+	// 3000 files of 2-8 KiB of hex text (about 2x compressible), in 30
+	// directories: 15 MB of tar, so that spans hold few files.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 3000 {
+		d := filepath.Join(src, "many", fmt.Sprintf("d%02d", i%30))
+		os.MkdirAll(d, 0o755)
+		raw := make([]byte, 1024+rng.IntN(3072))
+		for k := range raw {
+			raw[k] = byte(rng.Uint32())
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), []byte(hex.EncodeToString(raw)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	archive := filepath.Join(served, "a.tar.gz")
+	tarCmd := exec.Command("bash", "-c", fmt.Sprintf("tar -C %q -cf - many | gzip -1 > %q", src, archive))
+	if out, err := tarCmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	h := shaped.NewHandler(served, shaped.Options{Latency: 20 * time.Millisecond, Rate: 80e6})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	url := srv.URL + "/a.tar.gz"
+	cache := filepath.Join(work, "cache")
+	// Build and save the index once; both mounts load it.
+	if out, err := exec.Command(binary, "index", url, "--cache-dir", cache, "--span", "65536").CombinedOutput(); err != nil {
+		t.Fatalf("index: %v\n%s", err, out)
+	}
+	// Archive order is tar's directory order: list it, and take 15
+	// files spread over its second half, last first: the ones
+	// materialization reaches last, each in a span of its own.
+	list, err := exec.Command("bash", "-c", fmt.Sprintf("tar -tzf %q | grep -v /$", archive)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := strings.Fields(string(list))
+	var picks []string
+	for i := len(files) - 1; i >= len(files)/2 && len(picks) < 15; i -= len(files) / 32 {
+		picks = append(picks, files[i])
+	}
+	measure := func(args ...string) (time.Duration, int) {
+		h.ResetStats()
+		m := mount(t, url, append([]string{"--cache-dir", cache, "--cache-disk", "0"}, args...)...)
+		defer m.stop(t)
+		var lat []time.Duration
+		lazy := 0
+		mat := ""
+		if len(args) > 1 {
+			mat = args[1]
+		}
+		for _, p := range picks {
+			if mat != "" {
+				if _, err := os.Lstat(filepath.Join(mat, p)); err != nil {
+					lazy++
+				}
+			}
+			start := time.Now()
+			if _, err := os.ReadFile(filepath.Join(m.dir, p)); err != nil {
+				t.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		slices.Sort(lat)
+		if strings.Contains(m.stderr.String(), "msg=indexing") {
+			t.Errorf("the mount indexed the archive instead of loading the saved index:\n%s", m.stderr)
+		}
+		t.Logf("reads: %v; server: %+v", lat, h.Stats())
+		return lat[len(lat)/2], lazy
+	}
+	base, _ := measure()
+	with, lazy := measure("--materialize", filepath.Join(work, "mat"), "--decode-workers", "6")
+	t.Logf("median cold read: %v without materialization, %v with it running (%d of %d reads before the file was on disk)",
+		base, with, lazy, len(picks))
+	if lazy < len(picks)/2 {
+		t.Logf("materialization reached most files before they were read: the comparison is weak")
+	}
+	if with > 2*base+5*time.Millisecond {
+		t.Errorf("cold reads with materialization running: median %v, want within 2x of %v", with, base)
+	}
+}
