@@ -28,12 +28,23 @@ func newH2Server(t testing.TB, data []byte, ho shaped.Options, co shaped.ConnOpt
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.tar"), data, 0o644))
 	h := shaped.NewHandler(dir, ho)
 	t.Cleanup(func() { h.Close() })
-	c := &h2Counts{protos: map[string]int{}, used: map[string]bool{}}
+	c := &h2Counts{protos: map[string]int{}, used: map[string]bool{}, release: make(chan struct{})}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		c.protos[r.Proto]++
 		c.used[r.RemoteAddr] = true
+		c.n++
+		n, hold := c.n, c.hold
+		if hold > 0 && n == hold+1 {
+			close(c.release)
+		}
 		c.mu.Unlock()
+		if hold > 0 && n > 1 {
+			select {
+			case <-c.release:
+			case <-time.After(10 * time.Second):
+			}
+		}
 		h.ServeHTTP(w, r)
 	}))
 	srv.EnableHTTP2 = true
@@ -47,6 +58,19 @@ type h2Counts struct {
 	mu     sync.Mutex
 	protos map[string]int  // requests by protocol
 	used   map[string]bool // client addresses that sent requests
+	n      int             // requests so far
+	// hold, when set, makes requests after the first wait until hold
+	// of them are in flight (at most 10 s), closing release.
+	hold    int
+	release chan struct{}
+}
+
+// holdUntil makes the requests after the first wait until n of them are
+// in flight at once.
+func (c *h2Counts) holdUntil(n int) {
+	c.mu.Lock()
+	c.hold = n
+	c.mu.Unlock()
 }
 
 // get returns how many connections carried requests, and the requests
@@ -82,8 +106,9 @@ func TestSpreadTransport(t *testing.T) {
 		{"http1", 4, true, "HTTP/1.1", 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// Every response waits, so that 16 requests are in flight at once.
-			srv, counts := newH2Server(t, data, shaped.Options{Latency: 50 * time.Millisecond}, shaped.ConnOptions{})
+			// The reads wait until all 16 are in flight at once.
+			srv, counts := newH2Server(t, data, shaped.Options{}, shaped.ConnOptions{})
+			counts.holdUntil(16)
 			client := spreadClient(srv, tc.conns, tc.http1)
 			defer client.CloseIdleConnections()
 			src, err := Open(t.Context(), srv.URL+"/a.tar", Options{Client: client})
