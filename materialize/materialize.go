@@ -159,8 +159,6 @@ type Job struct {
 	dirfd []int32 // by EntryID: the open directory, -1 for non-directories
 	extra map[index.EntryID][]name
 
-	noTmpfile atomic.Bool // O_TMPFILE is not supported in DIR
-
 	noteMu sync.Mutex
 	notes  map[string]*note // guarded by noteMu: refusals and warnings by kind
 
@@ -556,8 +554,7 @@ type wfile struct {
 	dir     int    // the directory of tmp: the tmp directory or one of stageDirs
 	size    int64
 	sparse  bool
-	anon    bool                           // made with O_TMPFILE: no name until placed
-	staged  bool                           // staged by Stage under tmp in the tmp directory
+	staged  bool                           // named tmp in a stage directory (by Stage or a writer): placed by a link and an unlink
 	pending atomic.Int64                   // pieces not yet written (+1 while more may come)
 	finish  func(*wfile) error             // called once when pending reaches 0
 	mu      sync.Mutex                     // guards f
