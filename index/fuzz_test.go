@@ -44,7 +44,7 @@ func checkSpans(t *testing.T, obj []byte) {
 		if cp.Kind == kindLocal {
 			continue
 		}
-		got, err := r.decodeSpan(context.Background(), i)
+		got, err := r.DecodeSpan(context.Background(), i)
 		if err != nil {
 			t.Fatalf("span %d: %v", i, err)
 		}

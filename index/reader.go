@@ -64,6 +64,8 @@ type Reader struct {
 	// goes to a blocked sender first, so waiting readers come before
 	// readahead.
 	slots chan struct{}
+	// cpu bounds the DecodeSpan calls decoding at once (GOMAXPROCS).
+	cpu chan struct{}
 
 	mu sync.Mutex
 	// guarded by mu
@@ -122,6 +124,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reader{
+		cpu:    make(chan struct{}, runtime.GOMAXPROCS(0)),
 		Index:  ix,
 		src:    src,
 		local:  opts.Local,
@@ -355,7 +358,7 @@ func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
 			}
 		}
 		if err == nil {
-			data, err = r.decodeSpan(r.ctx, i)
+			data, err = r.decodeSpan(r.ctx, i, nil)
 			<-r.slots
 		}
 		r.mu.Lock()
@@ -389,7 +392,7 @@ func (r *Reader) evictLocked() {
 // compressed bytes and decodes them from its checkpoint with the codec's
 // span decoder (or reads them from the local copy), then checks them
 // against the span's digest. It is the one way every codec's spans are read.
-func (r *Reader) decodeSpan(ctx context.Context, i int) ([]byte, error) {
+func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}) ([]byte, error) {
 	cp := r.Checkpoints[i]
 	size := r.spanEnd(i) - int64(cp.Out)
 	var data []byte
@@ -397,7 +400,7 @@ func (r *Reader) decodeSpan(ctx context.Context, i int) ([]byte, error) {
 	if cp.Kind == kindLocal {
 		data, err = r.readLocal(i, size)
 	} else {
-		data, err = r.decodeFromArchive(ctx, i, size)
+		data, err = r.decodeFromArchive(ctx, i, size, cpu)
 	}
 	if err != nil {
 		return nil, err
@@ -430,8 +433,9 @@ func (r *Reader) readLocal(i int, size int64) ([]byte, error) {
 }
 
 // decodeFromArchive fetches the compressed bytes of span i and decodes
-// them from its checkpoint into size bytes.
-func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64) ([]byte, error) {
+// them from its checkpoint into size bytes, holding a token of cpu (when
+// not nil) while it decodes.
+func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu chan struct{}) ([]byte, error) {
 	cp := r.Checkpoints[i]
 	compEnd := int64(r.End)
 	if i+1 < len(r.Checkpoints) {
@@ -450,6 +454,14 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64) ([]by
 	n, err := r.src.ReadAt(ctx, comp, int64(cp.In))
 	if err != nil && !(err == io.EOF && n == len(comp)) {
 		return nil, fmt.Errorf("fetch span %d: %w", i, err)
+	}
+	if cpu != nil {
+		select {
+		case cpu <- struct{}{}:
+			defer func() { <-cpu }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	window, err := decompressWindow(cp.window)
 	if err != nil {

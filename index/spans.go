@@ -56,8 +56,10 @@ func (ix *Index) SpanStoredBytes(i int) int64 {
 
 // DecodeSpan fetches and decodes span i and checks it against its digest,
 // as a read through r would, but without r's span cache and decode slots:
-// the caller bounds its own concurrency. The returned slice is the
-// caller's. It is safe for concurrent use.
+// the caller bounds how many spans are fetched at once, which may be
+// more than the cores to hide the source's latency; at most GOMAXPROCS
+// of them decode at once, the others wait with their fetched bytes. The
+// returned slice is the caller's. It is safe for concurrent use.
 func (r *Reader) DecodeSpan(ctx context.Context, i int) ([]byte, error) {
-	return r.decodeSpan(ctx, i)
+	return r.decodeSpan(ctx, i, r.cpu)
 }

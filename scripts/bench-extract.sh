@@ -8,7 +8,9 @@
 #
 # Datasets (made once in $SCRATCH, deterministically):
 #   go      a tar of the Go toolchain of this machine (about 270 MB),
-#           as .tar.gz (pigz -6), .tar.zst (zstd -3) and .tar.lz4 (lz4)
+#           as .tar.gz (pigz -6), .tar.zst (zstd -3: one frame, which
+#           tarmount can only read in one pass), .pzstd.tar.zst (pzstd -3:
+#           frames that decode in parallel) and .tar.lz4 (lz4)
 #   small   200k files of 1-2 KB in 400 directories, as .tar.gz
 # served by scripts/httpserve on 127.0.0.1 shaped like object storage
 # (20 ms to first byte, 80 MB/s per connection).
@@ -30,7 +32,7 @@
 #   RUNS=5
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-bench   datasets and work files
 #   OUT=$SCRATCH/out
-#   DATASETS="go.tar.gz go.tar.zst go.tar.lz4 small.tar.gz"
+#   DATASETS="go.tar.gz go.tar.zst go.pzstd.tar.zst go.tar.lz4 small.tar.gz"
 #   TARMOUNT_BIN=PATH   use this binary instead of building ./cmd/tarmount
 #   EXTRA_ARGS="..."    more flags for tarmount extract (e.g. --write-workers 16)
 set -euo pipefail
@@ -41,7 +43,7 @@ REPO="$PWD"
 RUNS="${RUNS:-5}"
 SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}/tarmount-bench}"
 OUT="${OUT:-$SCRATCH/out}"
-DATASETS="${DATASETS:-go.tar.gz go.tar.zst go.tar.lz4 small.tar.gz}"
+DATASETS="${DATASETS:-go.tar.gz go.tar.zst go.pzstd.tar.zst go.tar.lz4 small.tar.gz}"
 EXTRA_ARGS="${EXTRA_ARGS:-}"
 
 say() { printf '==> %s\n' "$*" >&2; }
@@ -76,7 +78,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ tools
-for c in curl tar pigz zstd lz4 gzip; do
+for c in curl tar pigz zstd pzstd lz4 gzip; do
 	command -v "$c" >/dev/null || die "$c is missing (scripts/deps.sh installs most; zstd and lz4 are Debian packages)"
 done
 if ! command -v aria2c >/dev/null; then
@@ -106,6 +108,7 @@ make_datasets() {
 	fi
 	[[ -f "$DATA/go.tar.gz" ]] || { pigz -6 -c "$DATA/go.tar" >"$DATA/go.tar.gz.tmp" && mv "$DATA/go.tar.gz.tmp" "$DATA/go.tar.gz"; }
 	[[ -f "$DATA/go.tar.zst" ]] || { zstd -q -3 -T0 -c "$DATA/go.tar" >"$DATA/go.tar.zst.tmp" && mv "$DATA/go.tar.zst.tmp" "$DATA/go.tar.zst"; }
+	[[ -f "$DATA/go.pzstd.tar.zst" ]] || { pzstd -q -p 2 -3 -c "$DATA/go.tar" >"$DATA/go.pzstd.tar.zst.tmp" && mv "$DATA/go.pzstd.tar.zst.tmp" "$DATA/go.pzstd.tar.zst"; }
 	[[ -f "$DATA/go.tar.lz4" ]] || { lz4 -q -c "$DATA/go.tar" >"$DATA/go.tar.lz4.tmp" && mv "$DATA/go.tar.lz4.tmp" "$DATA/go.tar.lz4"; }
 	if [[ ! -f "$DATA/small.tar.gz" ]]; then
 		say "making small.tar.gz: 200k files"
@@ -264,5 +267,29 @@ done
 			printf '| %s | %s | %.2f | %.2f-%.2f | %d |\n' "$ds" "$name" "$med" "$lo" "$hi" "$n"
 		done
 	done
+	echo
+	echo "Ratios of medians (a peer's time / tarmount's; above 1 means tarmount is faster):"
+	echo
+	echo "| dataset | tarmount | vs curl \\| tar -x | vs best peer | best peer |"
+	echo "|---|---|---|---|---|"
+	for ds in $DATASETS; do
+		med() {
+			awk -F'\t' -v d="$ds" -v t="$1" '$1==d && $2==t {print $3}' "$TSV" | sort -n |
+				awk '{v[NR]=$1} END{if (NR) print v[int((NR+1)/2)]}'
+		}
+		ct=$(med curl_tar)
+		best="" bestname=""
+		for p in curl_tar curl_pigz aria_tar; do
+			m=$(med "$p")
+			[[ -n "$m" ]] || continue
+			if [[ -z "$best" ]] || (($(echo "$m < $best" | bc))); then best=$m bestname=$p; fi
+		done
+		for tool in tm_cold tm_index; do
+			m=$(med "$tool")
+			[[ -n "$m" && -n "$best" && -n "$ct" ]] || continue
+			printf '| %s | %s | %.2fx | %.2fx | %s |\n' "$ds" "${tool/tm_cold/no index}" "$(echo "$ct / $m" | bc -l)" \
+				"$(echo "$best / $m" | bc -l)" "$bestname"
+		done
+	done | sed 's/| tm_index |/| saved index |/'
 	for n in "${NOTES[@]}"; do echo; echo "Note: $n"; done
 } | tee "$OUT/bench-extract.md"
