@@ -630,6 +630,16 @@ func (b *builder) finish() error {
 	}
 	named := make([]bool, len(entries))
 	named[RootID] = true
+	// An entry's first name is the member that stored it when that name
+	// is still live (so that a listing says which names are hard links
+	// as tar -tv does), else the first live name in listing order.
+	orig := make([]int, len(entries)) // the link that is that name, +1
+	for i, l := range links {
+		e := &entries[l.id]
+		if e.Type != TypeDir && live[e.Parent] && newID[e.Parent] == l.parent && e.Name == l.name {
+			orig[l.id] = i + 1
+		}
+	}
 	ix.dirents = make([]direntRec, len(links))
 	for i, l := range links {
 		name := st.ref(l.name)
@@ -640,8 +650,7 @@ func (b *builder) finish() error {
 		}
 		p.childCount++
 		c := &ix.recs[l.id]
-		if !named[l.id] {
-			// The first live name, in case the original one was replaced.
+		if orig[l.id] == i+1 || (orig[l.id] == 0 && !named[l.id]) {
 			c.parent, c.name = l.parent, name
 			named[l.id] = true
 		}
