@@ -28,6 +28,10 @@ const usage = `Usage:
   tarmount index [flags] URL         build and save the index of the archive
   tarmount extract [flags] URL DIR   write the whole tree to DIR, fast (resumes if interrupted)
   tarmount unmount MOUNTPOINT        unmount (lazily when busy; clears a dead mount)
+  tarmount ls [flags] URL [PATH...]  list the archive (-l like tar -tv; --json: one object per line)
+  tarmount stat [--json] URL PATH... what the archive says of PATH
+  tarmount cat URL PATH...           write members to stdout (fetches only their spans)
+  tarmount get URL PATH... -C DIR    write members (directories with their contents) under DIR
   tarmount pack SRC -o OUT.tar.zst   write SRC (a directory or a tarball of any codec) as
                                      seekable zstd with the index embedded: it mounts
                                      without an index pass; zstd -d still reads it
@@ -49,6 +53,8 @@ Examples:
   tarmount pack ./runtime/ -o runtime.tar.zst
   tarmount s3://bucket/runtime.tar.gz /mnt/runtime --materialize /local/runtime
   tarmount extract https://example.com/runtime.tar.gz /local/runtime
+  tarmount ls --json https://example.com/runtime.tar.gz | jq -r 'select(.size > 1e6) | .path'
+  tarmount cat https://example.com/runtime.tar.gz go/VERSION
 
 Flags:
 `
@@ -86,6 +92,7 @@ type config struct {
 	s3           s3Flags
 	retry        retryConfig
 	mat          materializeFlags
+	inspect      inspectFlags
 	cpuProfile   string
 }
 
@@ -142,6 +149,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this run to `FILE`")
 	c.retry.register(fs)
 	c.mat.register(fs)
+	c.inspect.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -174,7 +182,7 @@ func run(args []string, stderr io.Writer) error {
 	cmd := "mount"
 	if len(args) > 0 {
 		switch args[0] {
-		case "index", "unmount", "umount", "mount", "pack", "extract":
+		case "index", "unmount", "umount", "mount", "pack", "extract", "ls", "stat", "cat", "get":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -219,6 +227,8 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("usage: tarmount extract URL DIR")
 		}
 		return extractCmd(ctx, pos[0], pos[1], &c, log, stderr)
+	case "ls", "stat", "cat", "get":
+		return inspectCmd(ctx, cmd, pos, &c, log, os.Stdout)
 	case "index":
 		if len(pos) != 1 {
 			return fmt.Errorf("usage: tarmount index URL [-o FILE]")

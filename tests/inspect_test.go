@@ -1,0 +1,284 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/tests/treecmp"
+)
+
+// lsEntry is what the test reads of a line of tarmount ls --json.
+type lsEntry struct {
+	Path     string `json:"path"`
+	Type     string `json:"type"`
+	Size     int64  `json:"size"`
+	Mode     string `json:"mode"`
+	UID      uint32 `json:"uid"`
+	GID      uint32 `json:"gid"`
+	Uname    string `json:"uname"`
+	Gname    string `json:"gname"`
+	MTimeNs  int64  `json:"mtime_ns"`
+	Link     string `json:"link"`
+	Offset   *int64 `json:"offset"`
+	Devmajor uint32 `json:"devmajor"`
+	Devminor uint32 `json:"devminor"`
+}
+
+// tarTV is one line of GNU tar -tv: the fields tarmount ls must agree on.
+type tarTV struct {
+	mode, owner, size, mtime, link string
+}
+
+// tvLine matches "MODE OWNER/GROUP SIZE DATE TIME NAME[ -> T| link to T]".
+var tvLine = regexp.MustCompile(`^(\S{10}) ([^/ ]+)/(\S+) +(\S+) (\S+ \S+) (.*)$`)
+
+// tarList runs GNU tar -tv (UTC, literal names) on archive and returns its
+// entries by path (without a leading "./" or trailing "/").
+func tarList(t *testing.T, archive string) map[string]tarTV {
+	t.Helper()
+	cmd := exec.Command("tar", "--quoting-style=literal", "-tvf", archive)
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C.UTF-8")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tar -tv: %v", err)
+	}
+	got := map[string]tarTV{}
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		m := tvLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("tar -tv line not understood: %q", line)
+		}
+		e := tarTV{mode: m[1], owner: m[2] + "/" + m[3], size: m[4], mtime: m[5]}
+		name := m[6]
+		switch m[1][0] {
+		case 'l':
+			name, e.link, _ = strings.Cut(name, " -> ")
+		case 'h':
+			name, e.link, _ = strings.Cut(name, " link to ")
+		}
+		name = strings.TrimSuffix(strings.TrimPrefix(name, "./"), "/")
+		e.link = strings.TrimPrefix(e.link, "./")
+		if name == "" || name == "." {
+			continue
+		}
+		got[name] = e
+	}
+	return got
+}
+
+// modeLetters is the ls -l form of a type and octal mode, as GNU tar
+// prints it.
+func modeLetters(typ, octal string) string {
+	var mode uint32
+	fmt.Sscanf(octal, "%o", &mode)
+	b := []byte("-rwxrwxrwx")
+	b[0] = map[string]byte{"dir": 'd', "symlink": 'l', "hardlink": 'h', "char": 'c', "block": 'b', "fifo": 'p'}[typ]
+	if b[0] == 0 {
+		b[0] = '-'
+	}
+	for i := range 9 {
+		if mode&(1<<(8-i)) == 0 {
+			b[i+1] = '-'
+		}
+	}
+	for _, s := range []struct {
+		bit       uint32
+		at        int
+		set, unst byte
+	}{{0o4000, 3, 's', 'S'}, {0o2000, 6, 's', 'S'}, {0o1000, 9, 't', 'T'}} {
+		if mode&s.bit != 0 {
+			if b[s.at] == '-' {
+				b[s.at] = s.unst
+			} else {
+				b[s.at] = s.set
+			}
+		}
+	}
+	return string(b)
+}
+
+// TestInspect lists archives made by GNU tar, bsdtar and Go with
+// tarmount ls --json over HTTP and compares every entry with GNU tar -tv
+// of the same archive; checks ls -l, stat --json and get against the tree
+// tar extracts; and checks that cat of a small file with a saved index
+// fetches about one span, not the archive.
+func TestInspect(t *testing.T) {
+	for _, spec := range []corpus.Spec{
+		{Tool: "gnutar", Format: "posix", Codec: "gzip"},
+		{Tool: "bsdtar", Format: "pax", Codec: "none"},
+		{Tool: "go", Format: "gnu", Codec: "zstd-multi"},
+		{Tool: "gnutar", Format: "gnu", Codec: "lz4"},
+	} {
+		t.Run(spec.String(), func(t *testing.T) {
+			t.Parallel()
+			opts := corpus.TreeOptionsFor(spec)
+			opts.Many = 300
+			f := newFixture(t, opts, spec, "a"+spec.Ext())
+			cache := filepath.Join(f.work, "cache")
+			run := func(args ...string) []byte {
+				t.Helper()
+				cmd := exec.Command(binary, args...)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("tarmount %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+				}
+				return out
+			}
+
+			// ls --json agrees with tar -tv, entry by entry.
+			want := tarList(t, tarInput(t, f.archive, spec))
+			out := run("ls", "--json", f.url, "--cache-dir", cache)
+			got := map[string]lsEntry{}
+			sc := bufio.NewScanner(bytes.NewReader(out))
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				var e lsEntry
+				if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+					t.Fatalf("ls --json line %q: %v", sc.Text(), err)
+				}
+				if _, dup := got[e.Path]; dup {
+					t.Errorf("ls --json lists %q twice", e.Path)
+				}
+				got[e.Path] = e
+			}
+			if len(got) != len(want) {
+				t.Errorf("ls --json: got %d entries, want %d (tar -tv)", len(got), len(want))
+			}
+			errs := 0
+			for p, w := range want {
+				g, ok := got[p]
+				if !ok {
+					t.Errorf("ls --json: %q missing", p)
+					errs++
+					continue
+				}
+				owner, group := g.Uname, g.Gname
+				if owner == "" {
+					owner = fmt.Sprint(g.UID)
+				}
+				if group == "" {
+					group = fmt.Sprint(g.GID)
+				}
+				owner += "/" + group
+				size := fmt.Sprint(g.Size)
+				if g.Type == "char" || g.Type == "block" {
+					size = fmt.Sprintf("%d,%d", g.Devmajor, g.Devminor)
+				}
+				gv := tarTV{mode: modeLetters(g.Type, g.Mode), owner: owner, size: size,
+					mtime: time.Unix(0, g.MTimeNs).UTC().Format("2006-01-02 15:04"), link: g.Link}
+				if gv != w {
+					t.Errorf("%s: ls --json says %+v, tar -tv %+v", p, gv, w)
+					errs++
+				}
+				if g.Type == "file" && g.Size > 0 && g.Offset == nil {
+					t.Errorf("%s: no data offset", p)
+				}
+				if errs > 20 {
+					t.Fatal("too many differences")
+				}
+			}
+
+			// ls -l prints what tar -tv prints, for the same names.
+			for _, p := range []string{corpus.PathHardLink, corpus.PathSymlinkRel, "hard/second.txt"} {
+				line := strings.TrimSpace(string(run("ls", "-l", f.url, p, "--cache-dir", cache)))
+				m := tvLine.FindStringSubmatch(line)
+				w := want[p]
+				if m == nil || m[1] != w.mode || m[2]+"/"+m[3] != w.owner || m[4] != w.size || m[5] != w.mtime {
+					t.Errorf("ls -l %s: %q, want it as tar -tv prints %+v", p, line, w)
+				}
+			}
+
+			// stat --json of one file.
+			var st lsEntry
+			if err := json.Unmarshal(run("stat", "--json", f.url, corpus.PathReadme, "--cache-dir", cache), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Path != corpus.PathReadme || st.Type != "file" || st.Size != got[corpus.PathReadme].Size {
+				t.Errorf("stat --json: %+v, want %+v", st, got[corpus.PathReadme])
+			}
+
+			// get writes the subtree as tar -x does (modes, mtimes, data).
+			ref := filepath.Join(f.work, "ref")
+			corpus.Extract(t, f.archive, ref)
+			dst := filepath.Join(f.work, "get")
+			run("get", f.url, corpus.PathMany, corpus.PathReadme, "-C", dst, "--cache-dir", cache)
+			treecmp.Compare(t, filepath.Join(ref, corpus.PathMany), filepath.Join(dst, corpus.PathMany),
+				treecmp.Options{MaxErrors: 10, SkipOwner: true, SkipXattrs: true})
+			a, _ := os.ReadFile(filepath.Join(ref, corpus.PathReadme))
+			b, err := os.ReadFile(filepath.Join(dst, corpus.PathReadme))
+			if err != nil || !bytes.Equal(a, b) {
+				t.Errorf("get %s: %v, bytes equal %v", corpus.PathReadme, err, bytes.Equal(a, b))
+			}
+
+			// cat, with the saved index, of a small file deep in the
+			// archive: its bytes, and about one span fetched.
+			var small string
+			var smallSize int64
+			for p, e := range got {
+				if strings.HasPrefix(p, corpus.PathMany+"/") && e.Type == "file" && e.Size > 0 && (small == "" || p > small) {
+					small, smallSize = p, e.Size
+				}
+			}
+			f.server.ResetStats()
+			data := run("cat", f.url, small, "--cache-dir", cache, "--cache-disk", "0")
+			wantData, _ := os.ReadFile(filepath.Join(ref, small))
+			if !bytes.Equal(data, wantData) || int64(len(data)) != smallSize {
+				t.Errorf("cat %s: got %d bytes, want the %d of tar -x", small, len(data), len(wantData))
+			}
+			st2, _ := os.Stat(f.archive)
+			fetched := f.server.Stats().Bytes
+			// At most one span (4 MiB of tar, which compresses to far
+			// less here; a plain tar reads a block), and never a good
+			// part of the archive.
+			if limit := min(int64(4<<20)+64<<10, st2.Size()/4); fetched > limit {
+				t.Errorf("cat %s fetched %d bytes of a %d-byte archive, want at most %d", small, fetched, st2.Size(), limit)
+			}
+			t.Logf("cat of %s (%d bytes) fetched %d of %d bytes", small, smallSize, fetched, st2.Size())
+
+			// A missing path is a clear error.
+			cmd := exec.Command(binary, "cat", f.url, "no/such/file", "--cache-dir", cache)
+			if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "no/such/file") {
+				t.Errorf("cat of a missing path: err %v, output %q; want an error naming it", err, out)
+			}
+		})
+	}
+}
+
+// tarInput returns a file GNU tar -tv can read: archive itself, or for
+// codecs GNU tar does not sniff, a decompressed copy.
+func tarInput(t *testing.T, archive string, spec corpus.Spec) string {
+	t.Helper()
+	var dec []string
+	switch {
+	case strings.Contains(spec.Codec, "zstd"):
+		dec = []string{"zstd", "-dc"}
+	case strings.HasPrefix(spec.Codec, "lz4"):
+		dec = []string{"lz4", "-dc"}
+	default:
+		return archive
+	}
+	out := filepath.Join(t.TempDir(), "plain.tar")
+	cmd := exec.Command(dec[0], append(dec[1:], archive)...)
+	fh, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	cmd.Stdout = fh
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v", strings.Join(dec, " "), err)
+	}
+	return out
+}
