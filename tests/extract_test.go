@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -220,95 +221,135 @@ func TestExtractKill9Resumes(t *testing.T) {
 	})
 }
 
-// TestMaterializeColdReads measures cold reads through the mount of files
-// that materialization has not reached yet, with and without
-// materialization running, over a server shaped like object storage: the
-// background job must not make them wait (within 2x).
-func TestMaterializeColdReads(t *testing.T) {
-	needFUSE(t)
-	if raceEnabled {
-		t.Skip("a latency measurement means nothing under the race detector")
-	}
-	work := t.TempDir()
-	src, served := filepath.Join(work, "src"), filepath.Join(work, "served")
+// coldReads is an archive of many small files served like object storage,
+// with its index saved, and the files that materialization reaches last.
+type coldReads struct {
+	work, src, url, cache string
+	h                     *shaped.Handler
+	// picks: 15 files spread over the archive's second half, last first,
+	// each in a span of its own.
+	picks []string
+}
+
+func newColdReads(tb testing.TB) *coldReads {
+	needFUSE(tb)
+	c := &coldReads{work: tb.TempDir()}
+	c.src = filepath.Join(c.work, "src")
+	served := filepath.Join(c.work, "served")
 	os.Mkdir(served, 0o755)
 	// 3000 files of 2-8 KiB of hex text (about 2x compressible), in 30
 	// directories: 15 MB of tar, so that spans hold few files.
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 3000 {
-		d := filepath.Join(src, "many", fmt.Sprintf("d%02d", i%30))
+		d := filepath.Join(c.src, "many", fmt.Sprintf("d%02d", i%30))
 		os.MkdirAll(d, 0o755)
 		raw := make([]byte, 1024+rng.IntN(3072))
 		for k := range raw {
 			raw[k] = byte(rng.Uint32())
 		}
 		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), []byte(hex.EncodeToString(raw)), 0o644); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	archive := filepath.Join(served, "a.tar.gz")
-	tarCmd := exec.Command("bash", "-c", fmt.Sprintf("tar -C %q -cf - many | gzip -1 > %q", src, archive))
+	tarCmd := exec.Command("bash", "-c", fmt.Sprintf("tar -C %q -cf - many | gzip -1 > %q", c.src, archive))
 	if out, err := tarCmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
+		tb.Fatalf("%v: %s", err, out)
 	}
-	h := shaped.NewHandler(served, shaped.Options{Latency: 20 * time.Millisecond, Rate: 80e6})
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() { srv.Close(); h.Close() })
-	url := srv.URL + "/a.tar.gz"
-	cache := filepath.Join(work, "cache")
-	// Build and save the index once; both mounts load it.
-	if out, err := exec.Command(binary, "index", url, "--cache-dir", cache, "--span", "65536").CombinedOutput(); err != nil {
-		t.Fatalf("index: %v\n%s", err, out)
+	c.h = shaped.NewHandler(served, shaped.Options{Latency: 20 * time.Millisecond, Rate: 80e6})
+	srv := httptest.NewServer(c.h)
+	tb.Cleanup(func() { srv.Close(); c.h.Close() })
+	c.url = srv.URL + "/a.tar.gz"
+	c.cache = filepath.Join(c.work, "cache")
+	// Build and save the index once; every mount loads it.
+	if out, err := exec.Command(binary, "index", c.url, "--cache-dir", c.cache, "--span", "65536").CombinedOutput(); err != nil {
+		tb.Fatalf("index: %v\n%s", err, out)
 	}
-	// Archive order is tar's directory order: list it, and take 15
-	// files spread over its second half, last first: the ones
-	// materialization reaches last, each in a span of its own.
+	// Archive order is tar's directory order: list it.
 	list, err := exec.Command("bash", "-c", fmt.Sprintf("tar -tzf %q | grep -v /$", archive)).Output()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	files := strings.Fields(string(list))
-	var picks []string
-	for i := len(files) - 1; i >= len(files)/2 && len(picks) < 15; i -= len(files) / 32 {
-		picks = append(picks, files[i])
+	for i := len(files) - 1; i >= len(files)/2 && len(c.picks) < 15; i -= len(files) / 32 {
+		c.picks = append(c.picks, files[i])
 	}
-	measure := func(args ...string) (time.Duration, int) {
-		h.ResetStats()
-		m := mount(t, url, append([]string{"--cache-dir", cache, "--cache-disk", "0"}, args...)...)
-		defer m.stop(t)
-		var lat []time.Duration
-		lazy := 0
-		mat := ""
-		if len(args) > 1 {
-			mat = args[1]
-		}
-		for _, p := range picks {
-			if mat != "" {
-				if _, err := os.Lstat(filepath.Join(mat, p)); err != nil {
-					lazy++
-				}
+	return c
+}
+
+// read mounts the archive with the saved index (and no disk cache), and
+// reads every pick through the mount, first with --materialize mat
+// when mat is not empty. It checks each file's bytes, and returns the
+// median read time and how many picks were not yet on disk when read.
+func (c *coldReads) read(tb testing.TB, mat string) (median time.Duration, lazy int) {
+	args := []string{"--cache-dir", c.cache, "--cache-disk", "0"}
+	if mat != "" {
+		args = append(args, "--materialize", mat, "--decode-workers", "6")
+	}
+	m := mount(tb, c.url, args...)
+	defer m.stop(tb)
+	var lat []time.Duration
+	for _, p := range c.picks {
+		if mat != "" {
+			if _, err := os.Lstat(filepath.Join(mat, p)); err != nil {
+				lazy++
 			}
-			start := time.Now()
-			if _, err := os.ReadFile(filepath.Join(m.dir, p)); err != nil {
-				t.Fatal(err)
-			}
-			lat = append(lat, time.Since(start))
 		}
-		slices.Sort(lat)
-		if strings.Contains(m.stderr.String(), "msg=indexing") {
-			t.Errorf("the mount indexed the archive instead of loading the saved index:\n%s", m.stderr)
+		start := time.Now()
+		got, err := os.ReadFile(filepath.Join(m.dir, p))
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			tb.Fatal(err)
 		}
-		t.Logf("reads: %v; server: %+v", lat, h.Stats())
-		return lat[len(lat)/2], lazy
+		want, err := os.ReadFile(filepath.Join(c.src, p))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			tb.Fatalf("%s through the mount: got %d bytes that differ from the %d of the source", p, len(got), len(want))
+		}
 	}
-	base, _ := measure()
-	with, lazy := measure("--materialize", filepath.Join(work, "mat"), "--decode-workers", "6")
-	t.Logf("median cold read: %v without materialization, %v with it running (%d of %d reads before the file was on disk)",
-		base, with, lazy, len(picks))
-	if lazy < len(picks)/2 {
-		t.Logf("materialization reached most files before they were read: the comparison is weak")
+	if strings.Contains(m.stderr.String(), "msg=indexing") {
+		tb.Errorf("the mount indexed the archive instead of loading the saved index:\n%s", m.stderr)
 	}
-	if with > 2*base+5*time.Millisecond {
-		t.Errorf("cold reads with materialization running: median %v, want within 2x of %v", with, base)
+	slices.Sort(lat)
+	return lat[len(lat)/2], lazy
+}
+
+// TestMaterializeColdReads reads, through a mount whose materialization
+// runs, files that it has not reached yet: each read returns the file's
+// bytes.
+func TestMaterializeColdReads(t *testing.T) {
+	c := newColdReads(t)
+	median, lazy := c.read(t, filepath.Join(c.work, "mat"))
+	t.Logf("median cold read %v; %d of %d reads before the file was on disk; server: %+v", median, lazy, len(c.picks), c.h.Stats())
+}
+
+// BenchmarkMaterializeColdReads measures cold reads through the mount of
+// files that materialization has not reached yet, with and without
+// materialization running, over a server shaped like object storage (the
+// background job must not make them wait: the target is within 2x).
+// Each iteration mounts twice, alternating, with a fresh materialization
+// directory; it reports the medians over all reads and their ratio:
+//
+//	go test -run '^$' -bench BenchmarkMaterializeColdReads -benchtime 5x ./tests
+func BenchmarkMaterializeColdReads(b *testing.B) {
+	c := newColdReads(b)
+	var alone, with []time.Duration
+	lazy, reads := 0, 0
+	b.ResetTimer()
+	for i := range b.N {
+		base, _ := c.read(b, "")
+		m, l := c.read(b, filepath.Join(c.work, fmt.Sprintf("mat%d", i)))
+		alone, with = append(alone, base), append(with, m)
+		lazy, reads = lazy+l, reads+len(c.picks)
 	}
+	b.StopTimer()
+	slices.Sort(alone)
+	slices.Sort(with)
+	a, w := alone[len(alone)/2], with[len(with)/2]
+	b.ReportMetric(float64(a.Microseconds())/1e3, "ms/read-alone")
+	b.ReportMetric(float64(w.Microseconds())/1e3, "ms/read-materializing")
+	b.ReportMetric(float64(w)/float64(a), "ratio")
+	b.ReportMetric(float64(lazy)/float64(reads), "lazy-fraction")
 }

@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needFUSE(t *testing.T) {
+func needFUSE(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mount tests run as root")
@@ -95,7 +95,7 @@ type mounted struct {
 // mount runs `tarmount URL MNT args...` and waits until it says it is
 // ready. The cleanup sends SIGTERM and checks that the process unmounts and
 // exits cleanly.
-func mount(t *testing.T, url string, args ...string) *mounted {
+func mount(t testing.TB, url string, args ...string) *mounted {
 	t.Helper()
 	m := &mounted{dir: t.TempDir(), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	m.cmd = exec.Command(binary, append([]string{url, m.dir, "--mount-name", testMountName}, args...)...)
@@ -122,7 +122,7 @@ func mount(t *testing.T, url string, args ...string) *mounted {
 	return m
 }
 
-func (m *mounted) stop(t *testing.T) {
+func (m *mounted) stop(t testing.TB) {
 	select {
 	case <-m.exited:
 		return
