@@ -471,11 +471,12 @@ pipeline() {
 
 # first_mount TOOL PROFILE RUN: scenario 3 with an empty cache.
 first_mount() {
-	local tool=$1 p=$2 run=$3 s0 s1 d own="" mnt="$WORK/mnt-${1%% *}"
-	local cache="$WORK/fresh-cache" log="$WORK/logs/$p-$tool-first-$run.log"
+	# A variant ("tarmount --fetch-workers 1") mounts what its tool does.
+	local tool=$1 p=$2 run=$3 base=${1%% *} s0 s1 d own=""
+	local mnt="$WORK/mnt-$base" cache="$WORK/fresh-cache" log="$WORK/logs/$p-${1// /_}-first-$run.log"
 	rm -rf "$cache"
 	s0="$(stats "$p")"
-	start_mount "$tool" "$p" "${SRC[$tool.$p]}" "$mnt" "$cache" "$log"
+	start_mount "$tool" "$p" "${SRC[$base.$p]}" "$mnt" "$cache" "$log"
 	if ! wait_mount "$INDEX_TIMEOUT"; then
 		record "$SC3" "$p" "$tool" "$run" fail - -1 -1 "$TAR_BYTES" "mount did not answer: $(tail -1 "$log")"
 		warn "$tool did not mount: $(tail -3 "$log")"
