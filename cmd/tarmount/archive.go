@@ -224,7 +224,10 @@ func indexCmd(ctx context.Context, url string, c *config, log *slog.Logger) erro
 	return nil
 }
 
-func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string, c *config, log *slog.Logger) error {
+// mount serves the archive at url on mountpoint until it is unmounted or
+// ctx is done, and tells ready (systemd, a --daemon parent) when the mount
+// answers, how materialization goes, and when it stops.
+func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string, c *config, log *slog.Logger, ready *readiness) error {
 	allowOther, debugFUSE, err := mountOptions(c.options)
 	if err != nil {
 		return err
@@ -266,17 +269,23 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		bg.run()
 	}
 	log.Info("ready", "path", mountpoint, "entries", a.ix.Len(), "elapsed", time.Since(start).Round(time.Millisecond))
+	ready.ready(fmt.Sprintf("serving %d entries of %s", a.ix.Len(), a.src))
 	done := make(chan struct{})
 	go func() {
 		server.Wait()
 		close(done)
 	}()
+	if bg != nil {
+		go bg.report(ready, done)
+	}
 	select {
 	case <-done:
+		ready.stopping()
 		log.Info("unmounted", "path", mountpoint)
 		return nil
 	case <-ctx.Done():
 	}
+	ready.stopping()
 	stop() // a second signal kills the process
 	if err := tfs.Unmount(mountpoint); err != nil {
 		if !errors.Is(err, tfs.ErrBusy) {

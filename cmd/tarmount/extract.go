@@ -275,8 +275,10 @@ type background struct {
 	cancel context.CancelFunc
 	ctx    context.Context
 	done   chan struct{}
-	// started is set by run.
+	// started is set by run; err is the job's result, set before done
+	// is closed.
 	started bool
+	err     error
 }
 
 // startMaterialize opens the job of --materialize DIR (refusing a DIR that
@@ -315,6 +317,7 @@ func (b *background) run() {
 	go func() {
 		defer close(b.done)
 		if err := b.job.Run(b.ctx, b.a.ix, spans); err != nil {
+			b.err = err
 			if b.ctx.Err() == nil {
 				b.log.Error("materialize failed; files not yet written are served from the archive", "path", b.job.Dir(), "err", err)
 			}
@@ -323,6 +326,47 @@ func (b *background) run() {
 		b.log.Info("materialized", "path", b.job.Dir(), "files", b.prog.Files.Load(), "bytes", b.prog.Bytes.Load(),
 			"fetched", b.src.n.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
 	}()
+}
+
+// statusInterval is how often report tells systemd how materialization
+// goes.
+const statusInterval = 2 * time.Second
+
+// report sends materialization progress to ready every statusInterval,
+// and once more when the job ends, until done is closed.
+func (b *background) report(ready *readiness, done <-chan struct{}) {
+	t := time.NewTicker(statusInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-b.done:
+			ready.status(b.progressLine())
+			return
+		case <-t.C:
+			ready.status(b.progressLine())
+		}
+	}
+}
+
+// progressLine says how far materialization is.
+func (b *background) progressLine() string {
+	p := b.prog
+	files, total := p.Files.Load(), p.FilesTotal.Load()
+	select {
+	case <-b.done:
+		if b.err == nil {
+			return fmt.Sprintf("serving; materialized %d files (%s) in %s", files, mb(p.Bytes.Load()), b.job.Dir())
+		}
+		return fmt.Sprintf("serving; materialization stopped at %d of %d files (see the log)", files, total)
+	default:
+	}
+	pct := 0.0
+	if bt := p.BytesTotal.Load(); bt > 0 {
+		pct = 100 * float64(p.Bytes.Load()) / float64(bt)
+	}
+	return fmt.Sprintf("serving; materializing %s: %.0f%%, %d of %d files", b.job.Dir(), pct, files, total)
 }
 
 // stop ends the job (resumable) and waits for it.

@@ -94,6 +94,11 @@ type config struct {
 	mat          materializeFlags
 	inspect      inspectFlags
 	cpuProfile   string
+	// daemon: mount in a background server and return once it answers;
+	// logFile is where that server logs.
+	daemon     bool
+	foreground bool
+	logFile    string
 }
 
 // headerFlag collects -H 'Name: value' flags.
@@ -147,6 +152,9 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned (public buckets)")
 	fs.IntVar(&c.level, "level", 3, "pack: zstd compression level (1-22, mapped to the encoder's four speeds)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this run to `FILE`")
+	fs.BoolVar(&c.daemon, "daemon", false, "mount: serve from a background process and exit once the mount answers (0), or with the reason it failed (1)")
+	fs.BoolVar(&c.foreground, "foreground", false, "mount: stay in the foreground until unmounted or signalled (the default; overrides --daemon)")
+	fs.StringVar(&c.logFile, "log-file", "", "mount --daemon: append the server's log to `FILE` (default: discarded)")
 	c.retry.register(fs)
 	c.mat.register(fs)
 	c.inspect.register(fs)
@@ -179,6 +187,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func run(args []string, stderr io.Writer) error {
 	var c config
+	orig := args
 	cmd := "mount"
 	if len(args) > 0 {
 		switch args[0] {
@@ -245,7 +254,18 @@ func run(args []string, stderr io.Writer) error {
 			fs.Usage()
 			return fmt.Errorf("want URL and MOUNTPOINT, got %d arguments", len(pos))
 		}
-		return mount(ctx, stop, pos[0], pos[1], &c, log)
+		if c.daemon && !c.foreground && os.Getenv(readyFDEnv) == "" {
+			// The server is this program again, with the same
+			// arguments, told by readyFDEnv that it is the server.
+			return daemonize(orig, c.logFile, stderr)
+		}
+		ready := openReadiness()
+		defer ready.close()
+		err := mount(ctx, stop, pos[0], pos[1], &c, log, ready)
+		if err != nil {
+			ready.failed(err)
+		}
+		return err
 	}
 }
 

@@ -1,0 +1,183 @@
+package tests
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/tests/treecmp"
+)
+
+// TestNotifySocket runs a mount as systemd runs a Type=notify service: a
+// real unix datagram socket in NOTIFY_SOCKET. READY=1 must come only once
+// the mount answers, STATUS= lines must follow materialization to its end,
+// and SIGTERM must bring STOPPING=1 and a clean exit.
+func TestNotifySocket(t *testing.T) {
+	needFUSE(t)
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true, Many: 2000}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	sockPath := filepath.Join(f.work, "notify.sock")
+	sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	mnt, mat := filepath.Join(f.work, "mnt"), filepath.Join(f.work, "mat")
+	os.Mkdir(mnt, 0o755)
+	cmd := exec.Command(binary, f.url, mnt, "--mount-name", testMountName, "--cache-dir", filepath.Join(f.work, "cache"),
+		"--span", "65536", "--materialize", mat)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sockPath)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if isMounted(mnt) {
+			exec.Command("umount", "-l", mnt).Run()
+		}
+	})
+
+	// receive returns the next datagram, failing the test after a minute.
+	buf := make([]byte, 4096)
+	receive := func() string {
+		t.Helper()
+		sock.SetReadDeadline(time.Now().Add(time.Minute))
+		n, _, err := sock.ReadFromUnix(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v\n%s", err, stderr.String())
+		}
+		return string(buf[:n])
+	}
+	first := receive()
+	if !strings.HasPrefix(first, "READY=1\n") || !strings.Contains(first, "STATUS=serving") {
+		t.Fatalf("first notification: got %q, want READY=1 and a STATUS line", first)
+	}
+	// Ready means the mount answers now, not soon.
+	got, err := os.ReadFile(filepath.Join(mnt, "owners/nobody.txt"))
+	if err != nil {
+		t.Fatalf("read right after READY=1: %v", err)
+	}
+	if want := []byte("nobody\n"); !bytes.Equal(got, want) {
+		t.Fatalf("owners/nobody.txt right after READY=1: got %q, want %q", got, want)
+	}
+	// STATUS lines until materialization has finished.
+	var statuses []string
+	for {
+		msg := receive()
+		if !strings.HasPrefix(msg, "STATUS=") {
+			t.Fatalf("got %q while materializing, want STATUS= lines", msg)
+		}
+		statuses = append(statuses, msg)
+		if strings.Contains(msg, "materialized") {
+			break
+		}
+		if !strings.Contains(msg, "materializing") {
+			t.Fatalf("got %q, want materialization progress", msg)
+		}
+	}
+	t.Logf("statuses: %q", statuses)
+	ref := filepath.Join(f.work, "ref")
+	os.Mkdir(ref, 0o755)
+	corpus.Extract(t, f.archive, ref)
+	treecmp.Compare(t, ref, mat, treecmp.Options{MaxErrors: 20})
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	if msg := receive(); msg != "STOPPING=1" {
+		t.Errorf("after SIGTERM: got %q, want STOPPING=1", msg)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30 s after SIGTERM\n%s", stderr.String())
+	}
+	if isMounted(mnt) {
+		t.Errorf("%s still mounted after the server exited", mnt)
+	}
+}
+
+// TestDaemon checks --daemon: the command returns 0 only once the mount
+// answers, with the server left running in the background; `tarmount
+// unmount` then ends that server. A mount that cannot start makes the
+// command fail with the reason, and leaves nothing mounted or running.
+func TestDaemon(t *testing.T) {
+	needFUSE(t)
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	mnt := filepath.Join(f.work, "mnt")
+	os.Mkdir(mnt, 0o755)
+	logFile := filepath.Join(f.work, "server.log")
+	t.Cleanup(func() {
+		if isMounted(mnt) {
+			exec.Command("umount", "-l", mnt).Run()
+		}
+	})
+
+	out, err := exec.Command(binary, f.url, mnt, "--daemon", "--log-file", logFile, "--mount-name", testMountName,
+		"--cache-dir", filepath.Join(f.work, "cache")).CombinedOutput()
+	if err != nil {
+		log, _ := os.ReadFile(logFile)
+		t.Fatalf("--daemon: %v\n%s\nserver log:\n%s", err, out, log)
+	}
+	// The parent has returned: the mount must answer already.
+	if !isMounted(mnt) {
+		t.Fatalf("--daemon returned (%s) but %s is not mounted", out, mnt)
+	}
+	ref := filepath.Join(f.work, "ref")
+	os.Mkdir(ref, 0o755)
+	corpus.Extract(t, f.archive, ref)
+	treecmp.Compare(t, ref, mnt, treecmp.Options{MaxErrors: 20})
+	m := regexp.MustCompile(`server pid (\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("--daemon output %q names no server pid", out)
+	}
+	pid, _ := strconv.Atoi(string(m[1]))
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), "msg=ready") {
+		t.Errorf("the server log has no ready line:\n%s", log)
+	}
+
+	if out, err := exec.Command(binary, "unmount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("unmount: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("server %d still running 30 s after unmount", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if isMounted(mnt) {
+		t.Errorf("%s still mounted after unmount", mnt)
+	}
+
+	// A mount that fails: the reason reaches the caller.
+	cmd := exec.Command(binary, f.base+"/missing.tar.gz", mnt, "--daemon", "--mount-name", testMountName,
+		"--cache-dir", filepath.Join(f.work, "cache"))
+	out, err = cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("--daemon of a missing archive succeeded: %s", out)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit code: got %d, want 1", code)
+	}
+	if !strings.Contains(string(out), "404") && !strings.Contains(strings.ToLower(string(out)), "not found") {
+		t.Errorf("--daemon of a missing archive: got %q, want the reason (not found)", out)
+	}
+	if isMounted(mnt) {
+		t.Errorf("%s mounted after a failed --daemon", mnt)
+	}
+}
