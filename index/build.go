@@ -90,6 +90,10 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 	case CodecLZ4:
 		dec = newLZ4Pass(pr, rec)
+	case CodecBzip2:
+		b := newBzip2Pass(pr, rec)
+		defer b.close() // its decodes, when the build ends early
+		dec = b
 	default:
 		if dec, err = newLocalPass(pr, codec, rec); err != nil {
 			return nil, err
