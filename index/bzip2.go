@@ -356,10 +356,11 @@ func (w *bz2Walker) scan() (*bz2Item, error) {
 	}
 }
 
-// fill scans items until as many blocks as workers are decoding ahead,
-// or one item is queued when decoding in order.
+// fill scans items until as many blocks as workers are decoding ahead
+// (and at most a few items per worker are queued), or one item is queued
+// when decoding in order.
 func (w *bz2Walker) fill() {
-	for w.scanErr == nil && w.open >= 0 && (len(w.queue) == 0 || w.workers > 1 && w.inFlight < w.workers) {
+	for w.scanErr == nil && w.open >= 0 && (len(w.queue) == 0 || w.workers > 1 && w.inFlight < w.workers && len(w.queue) < 4*w.workers) {
 		it, err := w.scan()
 		if err != nil {
 			w.scanErr = err
