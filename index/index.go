@@ -251,7 +251,7 @@ func (ix *Index) StoredSize(id EntryID) int64 {
 
 // StreamOnly reports whether some spans can only be read from the local
 // decoded copy that the index pass writes (BuildOptions.Local,
-// ReaderOptions.Local): a single-frame zstd archive, bzip2, xz.
+// ReaderOptions.Local): a single-frame zstd archive, xz.
 func (ix *Index) StreamOnly() bool {
 	for i := range ix.Checkpoints {
 		if ix.Checkpoints[i].Kind == kindLocal {
