@@ -26,10 +26,13 @@ const (
 	// frame; no window.
 	kindLZ4Legacy
 	// kindLocal: the span cannot be decoded on its own (it lies inside a
-	// zstd frame too big to decode per read, or in a bzip2 or xz
-	// stream): it is read from the local decoded copy that the index
-	// pass wrote.
+	// zstd frame too big to decode per read, or in an xz stream): it is
+	// read from the local decoded copy that the index pass wrote.
 	kindLocal
+	// kindBzip2Block: In and Bit locate the first bit of a bzip2 block
+	// magic (bits packed MSB first); Flags holds the stream's level (1-9,
+	// hundreds of kB per block); no window.
+	kindBzip2Block
 )
 
 // Magic numbers, as they appear at the start of a stream.
@@ -367,6 +370,8 @@ func NewDecoder(r io.Reader) (io.Reader, Codec, error) {
 		}
 	case CodecLZ4:
 		dec = newLZ4Pass(pr, rec)
+	case CodecBzip2:
+		dec = newBzip2Pass(pr, rec)
 	default:
 		if dec, err = newLocalPass(pr, codec, rec); err != nil {
 			return nil, 0, err

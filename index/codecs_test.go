@@ -161,7 +161,11 @@ func codecCases() []codecCase {
 		{"lz4-cli-blocksum", CodecLZ4, true, cli("lz4", "-q", "-f", "-BX", "-B5", "--content-size")},
 		{"lz4-cli-legacy", CodecLZ4, true, cli("lz4", "-q", "-f", "-l")},
 		{"lz4-cli-concat", CodecLZ4, true, concat(cli("lz4", "-q", "-f", "-B4"))},
-		{"bzip2-cli", CodecBzip2, false, cli("bzip2", "-9")},
+		{"bzip2-cli", CodecBzip2, true, cli("bzip2", "-9")},
+		{"bzip2-cli-1", CodecBzip2, true, cli("bzip2", "-1")},
+		{"bzip2-cli-concat", CodecBzip2, true, concat(cli("bzip2", "-9"))},
+		{"pbzip2-cli", CodecBzip2, true, cli("pbzip2", "-q", "-p2", "-b1", "-9")},
+		{"lbzip2-cli", CodecBzip2, true, cli("lbzip2", "-n", "2", "-1")},
 		{"xz-go", CodecXz, false, xzGo},
 		{"xz-cli", CodecXz, false, cli("xz", "-6")},
 	}

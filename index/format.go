@@ -440,7 +440,9 @@ func kindAllowed(c Codec, k inflate.Kind) bool {
 		return k == kindFrame || k == kindLocal
 	case CodecLZ4:
 		return k == kindFrame || k == kindLZ4Block || k == kindLZ4Legacy
-	case CodecBzip2, CodecXz:
+	case CodecBzip2:
+		return k == kindBzip2Block || k == kindLocal
+	case CodecXz:
 		return k == kindLocal
 	}
 	return false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os/exec"
 	"testing"
 
 	"github.com/pierrec/lz4/v4"
@@ -80,6 +81,23 @@ func FuzzLZ4Frames(f *testing.F) {
 	f.Add(lz4Go(lz4.BlockSizeOption(lz4.Block64Kb), lz4.ChecksumOption(true), lz4.BlockChecksumOption(true))(f, raw))
 	f.Add(append(lz4Go(lz4.LegacyOption(true))(f, raw[:h]), lz4Go(lz4.ChecksumOption(false))(f, raw[h:])...))
 	f.Add(lz4Go(lz4.LegacyOption(true))(f, raw))
+	f.Fuzz(func(t *testing.T, obj []byte) {
+		checkSpans(t, obj)
+	})
+}
+
+// FuzzBzip2Blocks fuzzes the bzip2 block walker of the index pass and the
+// span decoder.
+func FuzzBzip2Blocks(f *testing.F) {
+	raw := fuzzTar(f)
+	h := len(raw) / 2
+	for _, args := range [][]string{{"-1"}, {"-9"}} {
+		if _, err := exec.LookPath("bzip2"); err != nil {
+			break
+		}
+		f.Add(cli("bzip2", args...)(f, raw))
+		f.Add(append(cli("bzip2", args...)(f, raw[:h]), cli("bzip2", args...)(f, raw[h:])...))
+	}
 	f.Fuzz(func(t *testing.T, obj []byte) {
 		checkSpans(t, obj)
 	})

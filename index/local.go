@@ -1,7 +1,6 @@
 package index
 
 import (
-	"compress/bzip2"
 	"fmt"
 	"io"
 
@@ -9,7 +8,7 @@ import (
 )
 
 // localPass decodes a stream that cannot be entered in the middle with
-// the decoders at hand (bzip2, xz): every decoded byte goes to the local
+// the decoders at hand (xz): every decoded byte goes to the local
 // copy, cut into kindLocal spans.
 type localPass struct {
 	cr   *countingReader
@@ -22,8 +21,6 @@ type localPass struct {
 func newLocalPass(r io.Reader, codec Codec, rec *recorder) (*localPass, error) {
 	p := &localPass{cr: newCountingReader(r, 0), rec: rec, name: codec.String()}
 	switch codec {
-	case CodecBzip2:
-		p.dec = bzip2.NewReader(p.cr)
 	case CodecXz:
 		// Concatenated streams are read as xz -d does.
 		d, err := xz.ReaderConfig{}.NewReader(p.cr)

@@ -438,13 +438,15 @@ func (r *Reader) readLocal(i int, size int64) ([]byte, error) {
 func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu chan struct{}) ([]byte, error) {
 	cp := r.Checkpoints[i]
 	compEnd := int64(r.End)
+	endBit := int64(-1) // where the span ends in comp, for bzip2
 	if i+1 < len(r.Checkpoints) {
 		// The next checkpoint's first bit lies in byte In; a frame or
 		// member checkpoint starts at In itself.
 		next := r.Checkpoints[i+1]
 		compEnd = min(compEnd, int64(next.In))
-		if next.Kind == inflate.KindBlock {
+		if next.Kind == inflate.KindBlock || next.Kind == kindBzip2Block {
 			compEnd++
+			endBit = (int64(next.In)-int64(cp.In))*8 + int64(next.Bit)
 		}
 	}
 	if compEnd <= int64(cp.In) {
@@ -475,6 +477,11 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 		data, err = decodeZstdSpan(comp, size)
 	case CodecLZ4:
 		data, err = decodeLZ4Span(comp, cp, window, size)
+	case CodecBzip2:
+		if endBit < 0 {
+			endBit = int64(len(comp)) * 8
+		}
+		data, err = decodeBzip2Span(comp, cp, endBit, size)
 	default:
 		err = fmt.Errorf("no span decoder for %s", r.Codec)
 	}

@@ -7,7 +7,7 @@
 #      object storage (httpserve -latency 20ms -rate 80MB): a fresh mount
 #      with the saved index, no disk cache, then one cat; the time of the
 #      cat and the bytes and requests the server counted for it.
-# Stream-only codecs (single-frame zstd, bzip2, xz) read from their decoded
+# Stream-only codecs (single-frame zstd, xz) read from their decoded
 # copy on disk, so their cold read fetches nothing: the cost is in the
 # index pass, which writes that copy.
 #

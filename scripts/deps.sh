@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need, and only what is missing:
 #   fusermount3 (fuse3), pigz, bsdtar (libarchive-tools), setfattr/getfattr (attr),
-#   curl, GNU tar and gzip, and the zstd, pzstd (zstd), lz4, bzip2 and xz
+#   curl, GNU tar and gzip, and the zstd, pzstd (zstd), lz4, bzip2, pbzip2, lbzip2 and xz
 #   (xz-utils) CLIs that make the codec tests' archives; then downloads the Go modules and builds versitygw
 #   (scripts/versitygw.sh) into the user's cache directory.
 # Idempotent and quiet on success; on failure it prints the installer's output
@@ -29,6 +29,8 @@ tarmount_deps() (
 		[pzstd]=zstd
 		[lz4]=lz4
 		[bzip2]=bzip2
+		[pbzip2]=pbzip2
+		[lbzip2]=lbzip2
 		[xz]=xz-utils
 	)
 	local -a missing=()

@@ -38,7 +38,8 @@ type Spec struct {
 	// format, a frame per 1 MiB and a seek table); "lz4" (lz4 CLI:
 	// independent 4 MiB blocks), "lz4-linked" (lz4 -BD -B4), "lz4-legacy"
 	// (lz4 -l), "lz4-go" (pierrec/lz4, 256 KiB blocks with checksums);
-	// "bzip2" (bzip2 -9), "xz" (xz -6) or "xz-mt" (xz -T2, several blocks).
+	// "bzip2" (bzip2 -9), "pbzip2" (pbzip2 -p2 -9: a stream per 900 kB),
+	// "xz" (xz -6) or "xz-mt" (xz -T2, several blocks).
 	Codec string
 }
 
@@ -57,7 +58,7 @@ func (s Spec) Ext() string {
 		return ".tar.zst"
 	case strings.HasPrefix(s.Codec, "lz4"):
 		return ".tar.lz4"
-	case s.Codec == "bzip2":
+	case strings.HasSuffix(s.Codec, "bzip2"):
 		return ".tar.bz2"
 	case strings.HasPrefix(s.Codec, "xz"):
 		return ".tar.xz"
@@ -70,7 +71,7 @@ var (
 	Tools   = []string{"gnutar", "bsdtar", "go"}
 	Formats = []string{"gnu", "posix", "pax", "ustar"}
 	Codecs  = []string{"none", "gzip", "pigz", "gzip-multi", "zstd", "pzstd", "zstd-multi", "zstd-seekable",
-		"lz4", "lz4-linked", "lz4-legacy", "lz4-go", "bzip2", "xz", "xz-mt"}
+		"lz4", "lz4-linked", "lz4-legacy", "lz4-go", "bzip2", "pbzip2", "xz", "xz-mt"}
 )
 
 // TreeOptionsFor returns the TreeOptions that drop what spec cannot store,
@@ -149,6 +150,8 @@ func archive(srcDir, outPath string, spec Spec) error {
 		return lz4Go(tarPath, outPath)
 	case "bzip2":
 		return compressCLI(tarPath, outPath, "bzip2", "-9", "-c")
+	case "pbzip2":
+		return compressCLI(tarPath, outPath, "pbzip2", "-p2", "-9", "-c")
 	case "xz":
 		return compressCLI(tarPath, outPath, "xz", "-6", "-c")
 	case "xz-mt":
