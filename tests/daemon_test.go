@@ -181,3 +181,103 @@ func TestDaemon(t *testing.T) {
 		t.Errorf("%s mounted after a failed --daemon", mnt)
 	}
 }
+
+// TestMountHelper mounts through mount(8) and fuse3's helper, as an
+// /etc/fstab line does: `mount -t fuse.tarmount URL MNT -o OPTIONS`, with
+// tarmount on the helper's PATH (a link in /usr/local/sbin, made for the
+// test). mount must return only once the mount answers, with the server
+// in the background and every flag given as an option; umount ends the
+// server. An unknown option fails the mount with the reason.
+func TestMountHelper(t *testing.T) {
+	needFUSE(t)
+	if _, err := os.Stat("/sbin/mount.fuse3"); err != nil {
+		t.Skip("fuse3's mount helper is not installed")
+	}
+	const link = "/usr/local/sbin/tarmount"
+	if target, err := os.Readlink(link); err == nil {
+		if !strings.HasPrefix(target, os.TempDir()) {
+			t.Skipf("%s is an installed tarmount (%s): not replacing it", link, target)
+		}
+		os.Remove(link) // a link left by an earlier run of this test
+	} else if _, err := os.Lstat(link); err == nil {
+		t.Skipf("%s exists: not replacing it", link)
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(binary, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(link) })
+
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	mnt, mat, logFile := filepath.Join(f.work, "mnt"), filepath.Join(f.work, "mat"), filepath.Join(f.work, "server.log")
+	os.Mkdir(mnt, 0o755)
+	t.Cleanup(func() {
+		if isMounted(mnt) {
+			exec.Command("umount", "-l", mnt).Run()
+		}
+	})
+	opts := strings.Join([]string{"ro", "allow_other", "nofail", "mount_name=" + testMountName,
+		"cache_dir=" + filepath.Join(f.work, "cache"), "materialize=" + mat, "log-file=" + logFile, "span=65536"}, ",")
+	out, err := exec.Command("mount", "-t", "fuse.tarmount", f.url, mnt, "-o", opts).CombinedOutput()
+	if err != nil {
+		log, _ := os.ReadFile(logFile)
+		t.Fatalf("mount: %v\n%s\nserver log:\n%s", err, out, log)
+	}
+	if !isMounted(mnt) {
+		t.Fatalf("mount returned (%s) but %s is not mounted", out, mnt)
+	}
+	mounts, _ := os.ReadFile("/proc/mounts")
+	var line string
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if fields := strings.Fields(l); len(fields) > 3 && fields[1] == mnt {
+			line = l
+		}
+	}
+	if want := "fuse." + testMountName; !strings.Contains(line, want) || !strings.Contains(line, "allow_other") || !strings.Contains(line, " ro,") {
+		t.Errorf("/proc/mounts: got %q, want type %s, ro and allow_other", line, want)
+	}
+	ref := filepath.Join(f.work, "ref")
+	os.Mkdir(ref, 0o755)
+	corpus.Extract(t, f.archive, ref)
+	treecmp.Compare(t, ref, mnt, treecmp.Options{MaxErrors: 20})
+	m := regexp.MustCompile(`server pid (\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("mount output %q names no server pid", out)
+	}
+	pid, _ := strconv.Atoi(string(m[1]))
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	// materialize=DIR reached the server: its log says so.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		log, _ := os.ReadFile(logFile)
+		if strings.Contains(string(log), "msg=materialized") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("materialize= given as a mount option: no materialized line in a minute:\n%s", log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	treecmp.Compare(t, ref, mat, treecmp.Options{MaxErrors: 20})
+
+	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v\n%s", err, out)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("server %d still running 30 s after umount", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	out, err = exec.Command("mount", "-t", "fuse.tarmount", f.url, mnt, "-o", "ro,no_such_option=1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no_such_option") {
+		t.Errorf("mount with an unknown option: got %v, %q; want a failure naming the option", err, out)
+	}
+	if isMounted(mnt) {
+		t.Errorf("%s mounted after a failed mount", mnt)
+	}
+}

@@ -228,10 +228,6 @@ func indexCmd(ctx context.Context, url string, c *config, log *slog.Logger) erro
 // ctx is done, and tells ready (systemd, a --daemon parent) when the mount
 // answers, how materialization goes, and when it stops.
 func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string, c *config, log *slog.Logger, ready *readiness) error {
-	allowOther, debugFUSE, err := mountOptions(c.options)
-	if err != nil {
-		return err
-	}
 	// Check the mountpoint before the index pass, which may take long.
 	if st, err := os.Stat(mountpoint); err != nil {
 		return fmt.Errorf("mountpoint: %w", err)
@@ -248,7 +244,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	}
 	defer a.Close(log)
 	fsOpts := tfs.Options{
-		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: allowOther, Debug: debugFUSE,
+		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: c.allowOther, Debug: c.debugFUSE,
 	}
 	var archive tfs.Archive = a.reader
 	var bg *background

@@ -99,6 +99,8 @@ type config struct {
 	daemon     bool
 	foreground bool
 	logFile    string
+	// Mount options from -o.
+	allowOther, debugFUSE bool
 }
 
 // headerFlag collects -H 'Name: value' flags.
@@ -134,7 +136,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.verbose, "v", false, "verbose: log every step at debug level")
 	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes and cached archive blocks live")
 	fs.StringVar(&c.indexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
-	fs.StringVar(&c.options, "o", "", "mount options, comma-separated: allow_other, debug (with index and pack: output file)")
+	fs.Var((*optionsFlag)(&c.options), "o", "mount options, comma-separated (repeatable): allow_other, debug, ro, and every flag as name=value (materialize=/dir, cache_dir=/var/cache/tarmount); with index and pack: the output file")
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.blockSize, "block-size", 4<<20, "bytes per fetched block (streaming and plain tar reads)")
@@ -254,6 +256,14 @@ func run(args []string, stderr io.Writer) error {
 			fs.Usage()
 			return fmt.Errorf("want URL and MOUNTPOINT, got %d arguments", len(pos))
 		}
+		if err := c.applyMountOptions(fs); err != nil {
+			return err
+		}
+		if launchedByMount() {
+			// mount(8) waits for its helper to exit: serve in the
+			// background unless told otherwise.
+			c.daemon = true
+		}
 		if c.daemon && !c.foreground && os.Getenv(readyFDEnv) == "" {
 			// The server is this program again, with the same
 			// arguments, told by readyFDEnv that it is the server.
@@ -267,21 +277,4 @@ func run(args []string, stderr io.Writer) error {
 		}
 		return err
 	}
-}
-
-// mountOptions splits -o into known options.
-func mountOptions(s string) (allowOther, debug bool, err error) {
-	for _, o := range strings.Split(s, ",") {
-		switch strings.TrimSpace(o) {
-		case "":
-		case "allow_other":
-			allowOther = true
-		case "debug":
-			debug = true
-		case "ro":
-		default:
-			return false, false, fmt.Errorf("unknown mount option %q (known: allow_other, debug, ro)", o)
-		}
-	}
-	return allowOther, debug, nil
 }
