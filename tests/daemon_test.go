@@ -88,10 +88,7 @@ func TestNotifySocket(t *testing.T) {
 		}
 	}
 	t.Logf("statuses: %q", statuses)
-	ref := filepath.Join(f.work, "ref")
-	os.Mkdir(ref, 0o755)
-	corpus.Extract(t, f.archive, ref)
-	treecmp.Compare(t, ref, mat, treecmp.Options{MaxErrors: 20})
+	treecmp.Compare(t, f.extracted(t), mat, treecmp.Options{MaxErrors: 20})
 
 	cmd.Process.Signal(syscall.SIGTERM)
 	if msg := receive(); msg != "STOPPING=1" {
@@ -136,16 +133,9 @@ func TestDaemon(t *testing.T) {
 	if !isMounted(mnt) {
 		t.Fatalf("--daemon returned (%s) but %s is not mounted", out, mnt)
 	}
-	ref := filepath.Join(f.work, "ref")
-	os.Mkdir(ref, 0o755)
-	corpus.Extract(t, f.archive, ref)
+	ref := f.extracted(t)
 	treecmp.Compare(t, ref, mnt, treecmp.Options{MaxErrors: 20})
-	m := regexp.MustCompile(`server pid (\d+)`).FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("--daemon output %q names no server pid", out)
-	}
-	pid, _ := strconv.Atoi(string(m[1]))
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	pid := serverPID(t, out)
 	if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), "msg=ready") {
 		t.Errorf("the server log has no ready line:\n%s", log)
 	}
@@ -153,13 +143,7 @@ func TestDaemon(t *testing.T) {
 	if out, err := exec.Command(binary, "unmount", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("unmount: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("server %d still running 30 s after unmount", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitExit(t, pid)
 	if isMounted(mnt) {
 		t.Errorf("%s still mounted after unmount", mnt)
 	}
@@ -238,16 +222,9 @@ func TestMountHelper(t *testing.T) {
 	if want := "fuse." + testMountName; !strings.Contains(line, want) || !strings.Contains(line, "allow_other") || !strings.Contains(line, " ro,") {
 		t.Errorf("/proc/mounts: got %q, want type %s, ro and allow_other", line, want)
 	}
-	ref := filepath.Join(f.work, "ref")
-	os.Mkdir(ref, 0o755)
-	corpus.Extract(t, f.archive, ref)
+	ref := f.extracted(t)
 	treecmp.Compare(t, ref, mnt, treecmp.Options{MaxErrors: 20})
-	m := regexp.MustCompile(`server pid (\d+)`).FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("mount output %q names no server pid", out)
-	}
-	pid, _ := strconv.Atoi(string(m[1]))
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	pid := serverPID(t, out)
 	// materialize=DIR reached the server: its log says so.
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -265,13 +242,7 @@ func TestMountHelper(t *testing.T) {
 	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("umount: %v\n%s", err, out)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("server %d still running 30 s after umount", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitExit(t, pid)
 
 	out, err = exec.Command("mount", "-t", "fuse.tarmount", f.url, mnt, "-o", "ro,no_such_option=1").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "no_such_option") {
@@ -279,5 +250,41 @@ func TestMountHelper(t *testing.T) {
 	}
 	if isMounted(mnt) {
 		t.Errorf("%s mounted after a failed mount", mnt)
+	}
+}
+
+// extracted returns the fixture's archive as GNU tar extracts it.
+func (f *fixture) extracted(t *testing.T) string {
+	t.Helper()
+	ref := filepath.Join(f.work, "ref")
+	if err := os.Mkdir(ref, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	corpus.Extract(t, f.archive, ref)
+	return ref
+}
+
+// serverPID returns the pid of the background server that a --daemon
+// parent names in its output; the test's cleanup kills it.
+func serverPID(t *testing.T, out []byte) int {
+	t.Helper()
+	m := regexp.MustCompile(`server pid (\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("output %q names no server pid", out)
+	}
+	pid, _ := strconv.Atoi(string(m[1]))
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
+// waitExit waits up to 30 s for process pid to exit after an unmount.
+func waitExit(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("server %d still running 30 s after the unmount", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
