@@ -89,6 +89,11 @@ const (
 	// maxBackground is the number of asynchronous requests (readahead,
 	// readdir) the kernel may have in flight.
 	maxBackground = 64
+	// MaxInflightRequestBytes bounds the request buffers that go-fuse has
+	// checked out (each holds up to maxReadBytes): what FUSE itself costs
+	// in memory, however many processes read at once. 16 MiB lets 15
+	// requests be served at once, more than the cores that serve them.
+	MaxInflightRequestBytes = 16 << 20
 	// maxPathDepth bounds the parent walk used to name entries in logs;
 	// a hostile index could hold a cycle.
 	maxPathDepth = 4096
@@ -174,12 +179,14 @@ func fuseOptions(opts Options) *fusefs.Options {
 			// remounted read-write.
 			Options:       []string{"ro", "default_permissions"},
 			MaxBackground: maxBackground,
-			MaxWrite:      maxReadBytes,
-			MaxReadAhead:  maxReadBytes,
-			FsName:        opts.FsName,
-			Name:          opts.Name,
-			Debug:         opts.Debug,
-			Logger:        fuseLog,
+			// Requests beyond the bound wait in the kernel.
+			MaxInflightRequestBytes: MaxInflightRequestBytes,
+			MaxWrite:                maxReadBytes,
+			MaxReadAhead:            maxReadBytes,
+			FsName:                  opts.FsName,
+			Name:                    opts.Name,
+			Debug:                   opts.Debug,
+			Logger:                  fuseLog,
 			// The archive never changes: cached pages, attributes
 			// and link targets stay valid for the life of the mount.
 			EnableSymlinkCaching:     true,

@@ -57,6 +57,12 @@ go vet ./...
 status=0
 go test -race -count=1 -timeout 40m "$@" ./... || status=$?
 
+# The memory budget test skips itself under the race detector, which
+# multiplies memory use: run it once more without.
+if [[ $# -eq 0 ]]; then
+	go test -count=1 -timeout 10m -run '^TestMemoryBudget$' ./tests || status=$?
+fi
+
 # A short fuzzing run of the decoders that read hostile input (their seed
 # corpora already ran above as ordinary tests). FUZZTIME=0 skips it; a
 # crasher lands in the package's testdata/fuzz and fails the run.

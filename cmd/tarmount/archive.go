@@ -224,6 +224,11 @@ func indexCmd(ctx context.Context, url string, c *config, log *slog.Logger) erro
 	return nil
 }
 
+// memoryReserve is the heap a mount may hold beyond its caches: FUSE
+// request buffers (at most fs.MaxInflightRequestBytes), spans being
+// decoded, the index and the runtime's own.
+const memoryReserve = 48 << 20
+
 // mount serves the archive at url on mountpoint until it is unmounted or
 // ctx is done, and tells ready (systemd, a --daemon parent) when the mount
 // answers, how materialization goes, and when it stops.
@@ -235,8 +240,9 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		return fmt.Errorf("mountpoint %s is not a directory", mountpoint)
 	}
 	// The caches hold cache-mem bytes; a soft limit a little above keeps
-	// the garbage collector from letting the heap grow to twice that.
-	debug.SetMemoryLimit(c.cacheMem + c.cacheMem/4 + 64<<20)
+	// the garbage collector from letting the heap grow to twice that, so
+	// that the whole process stays within cache-mem plus about 80 MiB.
+	debug.SetMemoryLimit(c.cacheMem + memoryReserve)
 	start := time.Now()
 	a, err := openArchive(ctx, url, c, log, false)
 	if err != nil {

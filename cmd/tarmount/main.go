@@ -140,7 +140,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
 	fs.Int64Var(&c.blockSize, "block-size", 4<<20, "bytes per fetched block (streaming and plain tar reads)")
-	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory")
+	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory; a mount stays within this plus about 80 MiB, however many processes read")
 	fs.Var(&c.headers, "H", "extra HTTP request header 'Name: value' (repeatable), e.g. an auth token")
 	fs.Var(&c.headers, "header", "same as -H")
 	fs.BoolVar(&c.http1, "http1", false, "never use HTTP/2, even when the server offers it (default: HTTP/2 over TLS when offered, on as many connections as fetch workers)")
