@@ -37,8 +37,8 @@ type BuildOptions struct {
 	OnProgress func(consumed int64)
 	// Local, if set, receives the decoded tar stream, at its offsets,
 	// wherever it cannot be decoded at random from the archive (inside a
-	// zstd frame too big to decode per read, all of a bzip2 or xz
-	// stream): reads of those spans are served from this copy. All-zero
+	// zstd frame or xz block too big to decode per read, all of a bzip2
+	// stream or of an xz stream of one block): reads of those spans are served from this copy. All-zero
 	// 4 KiB blocks are not written, so a file stays sparse; the caller
 	// sets the final size (TarSize). Index.StreamOnly says whether it is
 	// needed at all.
@@ -90,6 +90,10 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 	case CodecLZ4:
 		dec = newLZ4Pass(pr, rec)
+	case CodecXz:
+		if dec, err = newXzPass(pr, rec); err != nil {
+			return nil, err
+		}
 	default:
 		if dec, err = newLocalPass(pr, codec, rec); err != nil {
 			return nil, err

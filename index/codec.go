@@ -26,10 +26,13 @@ const (
 	// frame; no window.
 	kindLZ4Legacy
 	// kindLocal: the span cannot be decoded on its own (it lies inside a
-	// zstd frame too big to decode per read, or in a bzip2 or xz
-	// stream): it is read from the local decoded copy that the index
-	// pass wrote.
+	// zstd frame or an xz block too big to decode per read, in an xz
+	// stream of one block, or in a bzip2 stream): it is read from the
+	// local decoded copy that the index pass wrote.
 	kindLocal
+	// kindXzBlock: In is the header of a block of an xz stream whose
+	// check type is in Flags; no window.
+	kindXzBlock
 )
 
 // Magic numbers, as they appear at the start of a stream.
@@ -367,6 +370,10 @@ func NewDecoder(r io.Reader) (io.Reader, Codec, error) {
 		}
 	case CodecLZ4:
 		dec = newLZ4Pass(pr, rec)
+	case CodecXz:
+		if dec, err = newXzPass(pr, rec); err != nil {
+			return nil, 0, err
+		}
 	default:
 		if dec, err = newLocalPass(pr, codec, rec); err != nil {
 			return nil, 0, err

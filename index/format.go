@@ -440,7 +440,9 @@ func kindAllowed(c Codec, k inflate.Kind) bool {
 		return k == kindFrame || k == kindLocal
 	case CodecLZ4:
 		return k == kindFrame || k == kindLZ4Block || k == kindLZ4Legacy
-	case CodecBzip2, CodecXz:
+	case CodecXz:
+		return k == kindXzBlock || k == kindLocal
+	case CodecBzip2:
 		return k == kindLocal
 	}
 	return false

@@ -4,12 +4,10 @@ import (
 	"compress/bzip2"
 	"fmt"
 	"io"
-
-	"github.com/ulikunitz/xz"
 )
 
 // localPass decodes a stream that cannot be entered in the middle with
-// the decoders at hand (bzip2, xz): every decoded byte goes to the local
+// the decoders at hand (bzip2): every decoded byte goes to the local
 // copy, cut into kindLocal spans.
 type localPass struct {
 	cr   *countingReader
@@ -24,13 +22,6 @@ func newLocalPass(r io.Reader, codec Codec, rec *recorder) (*localPass, error) {
 	switch codec {
 	case CodecBzip2:
 		p.dec = bzip2.NewReader(p.cr)
-	case CodecXz:
-		// Concatenated streams are read as xz -d does.
-		d, err := xz.ReaderConfig{}.NewReader(p.cr)
-		if err != nil {
-			return nil, fmt.Errorf("%w: xz: %v", ErrCorrupt, err)
-		}
-		p.dec = d
 	default:
 		return nil, fmt.Errorf("%w: no stream decoder for %s", ErrUnsupported, codec)
 	}

@@ -475,6 +475,8 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 		data, err = decodeZstdSpan(comp, size)
 	case CodecLZ4:
 		data, err = decodeLZ4Span(comp, cp, window, size)
+	case CodecXz:
+		data, err = decodeXzSpan(comp, cp, size)
 	default:
 		err = fmt.Errorf("no span decoder for %s", r.Codec)
 	}
