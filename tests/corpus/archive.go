@@ -38,7 +38,8 @@ type Spec struct {
 	// format, a frame per 1 MiB and a seek table); "lz4" (lz4 CLI:
 	// independent 4 MiB blocks), "lz4-linked" (lz4 -BD -B4), "lz4-legacy"
 	// (lz4 -l), "lz4-go" (pierrec/lz4, 256 KiB blocks with checksums);
-	// "bzip2" (bzip2 -9), "xz" (xz -6) or "xz-mt" (xz -T2, several blocks).
+	// "bzip2" (bzip2 -9), "xz" (xz -6, one block) or "xz-mt" (xz -T2
+	// --block-size=1MiB, several blocks).
 	Codec string
 }
 
