@@ -15,7 +15,7 @@ import (
 	"github.com/tarmount/tarmount/index"
 )
 
-// Stream-only archives (a single-frame zstd, bzip2, xz) cannot be decoded
+// Stream-only archives (a single-frame zstd, bzip2, a single-block xz) cannot be decoded
 // from the middle: the index pass writes the decoded tar stream to
 // CACHE-DIR/decoded/KEY.tar (sparse: zero blocks are holes) and reads are
 // served from there, checked against the index's span digests. The files
