@@ -176,8 +176,11 @@ func diskUsage(info os.FileInfo) int64 {
 
 // streamOnlyReason says why an archive cannot be read at random.
 func streamOnlyReason(c index.Codec) string {
-	if c == index.CodecZstd {
+	switch c {
+	case index.CodecZstd:
 		return "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)"
+	case index.CodecXz:
+		return "it has an xz stream of one block (xz without -T writes one) or a block too big to decode per read"
 	}
 	return c.String() + " streams are decoded from their start"
 }
