@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"testing"
@@ -96,6 +97,48 @@ func TestXzSpanFetch(t *testing.T) {
 	}
 }
 
+// TestXzBigBlocks checks an archive whose blocks are too big to decode
+// per read, with or without their sizes in the block headers, and a small
+// one at the end: the big blocks are read from the local copy, the small
+// one from the archive, and every byte reads right.
+func TestXzBigBlocks(t *testing.T) {
+	data := randomData(13, scaled(3<<20))
+	raw := tarBytes(t, []member{{name: "f", data: data}})
+	block := int64(len(raw)/3 - 1000) // three of them, then a small one
+	for _, tc := range []struct {
+		name string
+		make func(t testing.TB, raw []byte) []byte
+	}{
+		{"sizes", cli("xz", "-T2", "-1", fmt.Sprintf("--block-size=%d", block))},
+		{"no-sizes", xzGoBlocks(block)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			obj := tc.make(t, raw)
+			span := block / 10 // big blocks of 10 spans
+			ix, local := buildLocal(t, obj, span)
+			if !ix.StreamOnly() {
+				t.Fatal("not stream-only")
+			}
+			last := ix.Checkpoints[len(ix.Checkpoints)-1]
+			if last.Kind != kindXzBlock || int64(last.Out) != 3*block {
+				t.Errorf("last checkpoint %+v, want the small block's start", last)
+			}
+			// A block of unknown size goes to the local copy until it
+			// ends, in case it turns out too big.
+			if tc.name == "sizes" && local.writes >= int64(len(raw)) {
+				t.Errorf("local copy got %d bytes, want less than the tar (%d)", local.writes, len(raw))
+			}
+			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Local: local})
+			defer r.Close()
+			id, _ := ix.LookupPath("f")
+			if got := readAll(t, r, id); !bytes.Equal(got, data) {
+				t.Error("content differs")
+			}
+		})
+	}
+}
+
 // FuzzXzBlocks fuzzes the xz container walker of the index pass and the
 // span decoder: the pass never panics or hangs, and when it succeeds,
 // every span decoded alone equals the sequential decode, which equals
@@ -104,12 +147,14 @@ func FuzzXzBlocks(f *testing.F) {
 	raw := fuzzTar(f)
 	f.Add(xzGoBlocks(2048)(f, raw))
 	f.Add(padded(xzGoBlocks(3000))(f, raw))
+	f.Add(xzGoBlocks(9000)(f, raw))
 	if _, err := exec.LookPath("xz"); err == nil {
 		f.Add(cli("xz", "-T2", "--block-size=2KiB")(f, raw))
 		f.Add(cli("xz", "-T1", "--block-size=2KiB", "-C", "sha256")(f, raw))
 		f.Add(concat(cli("xz", "-T2", "--block-size=1KiB", "-C", "crc32"))(f, raw))
 		f.Add(cli("xz", "-T2", "--block-size=4KiB", "-C", "none")(f, raw))
 		f.Add(cli("xz", "-6")(f, raw))
+		f.Add(cli("xz", "-T2", "--block-size=9000")(f, raw))
 	}
 	f.Fuzz(func(t *testing.T, obj []byte) {
 		checkSpans(t, obj)
