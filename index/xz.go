@@ -86,11 +86,11 @@ type xzDecoder struct {
 	maxOut int64
 	big    int64 // blocks decoding to more than this are local (pass)
 
-	flags  [2]byte   // stream flags: 00, check type
-	sum    hash.Hash // of the block's output; nil for no check
-	sums   [16]hash.Hash
-	blocks []xzRecord // of the current stream (pass)
-	forced bool       // the next block start must be a checkpoint
+	flags  [2]byte       // stream flags: 00, check type
+	sum    hash.Hash     // of the block's output; nil for no check
+	sums   [16]hash.Hash // by check type, made once
+	blocks []xzRecord    // of the current stream (pass)
+	forced bool          // the next block start must be a checkpoint
 
 	inBlock   bool
 	lz        *lzma.Reader2
