@@ -37,7 +37,8 @@ type BuildOptions struct {
 	OnProgress func(consumed int64)
 	// Local, if set, receives the decoded tar stream, at its offsets,
 	// wherever it cannot be decoded at random from the archive (inside a
-	// zstd frame too big to decode per read, all of an xz stream): reads of those spans are served from this copy. All-zero
+	// zstd frame or xz block too big to decode per read, all of an xz
+	// stream of one block): reads of those spans are served from this copy. All-zero
 	// 4 KiB blocks are not written, so a file stays sparse; the caller
 	// sets the final size (TarSize). Index.StreamOnly says whether it is
 	// needed at all.
@@ -76,29 +77,14 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	ix.Span = opts.Span
 	ix.Codec = codec
 	rec := newRecorder(ix, opts.Span, opts.Local)
-	var tarStream io.Reader
+	var tarStream io.Reader = pr
 	var dec passDecoder
-	switch codec {
-	case CodecNone:
-		tarStream = pr
-	case CodecGzip:
-		dec = newGzipPass(pr, rec)
-	case CodecZstd:
-		if dec, err = newZstdPass(pr, rec); err != nil {
+	if codec != CodecNone {
+		var stop func()
+		if dec, stop, err = newPass(pr, codec, rec); err != nil {
 			return nil, err
 		}
-	case CodecLZ4:
-		dec = newLZ4Pass(pr, rec)
-	case CodecBzip2:
-		b := newBzip2Pass(pr, rec)
-		defer b.close() // its decodes, when the build ends early
-		dec = b
-	default:
-		if dec, err = newLocalPass(pr, codec, rec); err != nil {
-			return nil, err
-		}
-	}
-	if dec != nil {
+		defer stop() // what the decoder runs, when the build ends early
 		tarStream = dec
 	}
 

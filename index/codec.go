@@ -26,13 +26,17 @@ const (
 	// frame; no window.
 	kindLZ4Legacy
 	// kindLocal: the span cannot be decoded on its own (it lies inside a
-	// zstd frame too big to decode per read, or in an xz stream): it is
-	// read from the local decoded copy that the index pass wrote.
+	// zstd frame or an xz block too big to decode per read, or in an xz
+	// stream of one block): it is read from the local decoded copy that
+	// the index pass wrote.
 	kindLocal
 	// kindBzip2Block: In and Bit locate the first bit of a bzip2 block
 	// magic (bits packed MSB first); Flags holds the stream's level (1-9,
 	// hundreds of kB per block); no window.
 	kindBzip2Block
+	// kindXzBlock: In is the header of a block of an xz stream whose
+	// check type is in Flags; no window.
+	kindXzBlock
 )
 
 // Magic numbers, as they appear at the start of a stream.
@@ -356,28 +360,45 @@ func NewDecoder(r io.Reader) (io.Reader, Codec, error) {
 	}
 	// A recorder with a span this long keeps one checkpoint: nothing accumulates.
 	rec := newRecorder(&Index{}, 1<<50, nil)
-	var dec passDecoder
 	switch codec {
 	case 0:
 		return nil, 0, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
 	case CodecNone:
 		return pr, codec, nil
-	case CodecGzip:
-		dec = newGzipPass(pr, rec)
-	case CodecZstd:
-		if dec, err = newZstdPass(pr, rec); err != nil {
-			return nil, 0, err
-		}
-	case CodecLZ4:
-		dec = newLZ4Pass(pr, rec)
-	case CodecBzip2:
-		dec = newBzip2Pass(pr, rec)
-	default:
-		if dec, err = newLocalPass(pr, codec, rec); err != nil {
-			return nil, 0, err
-		}
+	}
+	dec, _, err := newPass(pr, codec, rec)
+	if err != nil {
+		return nil, 0, err
 	}
 	return &finishingReader{dec: dec}, codec, nil
+}
+
+// newPass returns the index pass decoder of a compressed codec over r,
+// reporting to rec, and a function (never nil) that stops what the
+// decoder runs in the background when the pass ends early.
+func newPass(r io.Reader, codec Codec, rec *recorder) (passDecoder, func(), error) {
+	none := func() {}
+	var dec passDecoder
+	var err error
+	switch codec {
+	case CodecGzip:
+		dec = newGzipPass(r, rec)
+	case CodecZstd:
+		dec, err = newZstdPass(r, rec)
+	case CodecLZ4:
+		dec = newLZ4Pass(r, rec)
+	case CodecBzip2:
+		b := newBzip2Pass(r, rec)
+		return b, b.close, nil
+	case CodecXz:
+		dec, err = newXzPass(r, rec)
+	default:
+		err = fmt.Errorf("%w: no decoder for %s", ErrUnsupported, codec)
+	}
+	if err != nil {
+		return nil, none, err
+	}
+	return dec, none, nil
 }
 
 // finishingReader reads a pass decoder and, at its end, lets it check the

@@ -46,7 +46,8 @@ import (
 const (
 	// Version 2 added codecs zstd, lz4, bzip2 and xz, their checkpoint
 	// kinds, checkpoint flags and the end of the compressed data.
-	formatVersion = 2
+	// Version 3 added checkpoints at bzip2 and xz block starts.
+	formatVersion = 3
 	headerSize    = 32
 	sumSize       = sha256.Size
 )
@@ -443,7 +444,7 @@ func kindAllowed(c Codec, k inflate.Kind) bool {
 	case CodecBzip2:
 		return k == kindBzip2Block || k == kindLocal
 	case CodecXz:
-		return k == kindLocal
+		return k == kindXzBlock || k == kindLocal
 	}
 	return false
 }

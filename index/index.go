@@ -66,7 +66,8 @@ type Checkpoint struct {
 	// Bit is the bit offset (0-7) in byte In of a gzip or bzip2 block.
 	Bit uint8
 	// Flags is codec state at the checkpoint: the frame's FLG byte for an
-	// lz4 block, the stream's level (1-9) for a bzip2 block.
+	// lz4 block, the stream's level (1-9) for a bzip2 block, the
+	// stream's check type for an xz block.
 	Flags uint8
 	Out   UncompressedOffset
 	// window is the preceding output, compressed with DEFLATE (nil when
@@ -251,7 +252,8 @@ func (ix *Index) StoredSize(id EntryID) int64 {
 
 // StreamOnly reports whether some spans can only be read from the local
 // decoded copy that the index pass writes (BuildOptions.Local,
-// ReaderOptions.Local): a single-frame zstd archive, xz.
+// ReaderOptions.Local): a single-frame zstd archive, an xz stream of one
+// block or with blocks too big to decode per read.
 func (ix *Index) StreamOnly() bool {
 	for i := range ix.Checkpoints {
 		if ix.Checkpoints[i].Kind == kindLocal {

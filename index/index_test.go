@@ -700,12 +700,14 @@ func TestBuildOnMember(t *testing.T) {
 // TestOldVersionRefused checks that an index of an older format is
 // refused with ErrVersion and a hint to rebuild it.
 func TestOldVersionRefused(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("testdata", "golden-v1.idx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Unmarshal(data)
-	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "tarmount index") {
-		t.Fatalf("got %v, want ErrVersion naming tarmount index", err)
+	for v := 1; v < formatVersion; v++ {
+		data, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("golden-v%d.idx", v)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Unmarshal(data)
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "tarmount index") {
+			t.Fatalf("version %d: got %v, want ErrVersion naming tarmount index", v, err)
+		}
 	}
 }

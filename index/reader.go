@@ -482,6 +482,8 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 			endBit = int64(len(comp)) * 8
 		}
 		data, err = decodeBzip2Span(comp, cp, endBit, size)
+	case CodecXz:
+		data, err = decodeXzSpan(comp, cp, size)
 	default:
 		err = fmt.Errorf("no span decoder for %s", r.Codec)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/tarmount/tarmount/index"
 )
 
-// Stream-only archives (a single-frame zstd, xz) cannot be decoded
+// Stream-only archives (a single-frame zstd, a single-block xz) cannot be decoded
 // from the middle: the index pass writes the decoded tar stream to
 // CACHE-DIR/decoded/KEY.tar (sparse: zero blocks are holes) and reads are
 // served from there, checked against the index's span digests. The files
@@ -176,8 +176,11 @@ func diskUsage(info os.FileInfo) int64 {
 
 // streamOnlyReason says why an archive cannot be read at random.
 func streamOnlyReason(c index.Codec) string {
-	if c == index.CodecZstd {
+	switch c {
+	case index.CodecZstd:
 		return "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)"
+	case index.CodecXz:
+		return "it has an xz stream of one block (xz without -T writes one) or a block too big to decode per read"
 	}
 	return c.String() + " streams are decoded from their start"
 }

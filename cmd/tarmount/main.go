@@ -39,8 +39,8 @@ const usage = `Usage:
 URL is http://..., https://..., s3://bucket/key, file:///path or a path.
 Archives: .tar, .tar.gz (gzip, pigz, multi-member), .tar.zst (seekable,
 multi-frame, single-frame), .tar.lz4 (frames, legacy), .tar.bz2 and .tar.xz,
-recognised by their content. Single-frame zstd and xz are
-stream-only: the first mount decodes them to CACHE-DIR/decoded. s3:// uses the standard AWS credentials (AWS_ACCESS_KEY_ID and
+recognised by their content. Single-frame zstd and xz of one block
+(xz without -T) are stream-only: the first mount decodes them to CACHE-DIR/decoded. s3:// uses the standard AWS credentials (AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY, AWS_PROFILE or --profile, web identity, instance
 role), like the AWS CLI.
 
@@ -146,7 +146,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.http1, "http1", false, "never use HTTP/2, even when the server offers it (default: HTTP/2 over TLS when offered, on as many connections as fetch workers)")
 	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
 	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts, whole copies from servers that ignore ranges included (0: none; local archives never)")
-	fs.Int64Var(&c.cacheDecoded, "cache-decoded", 20<<30, "bytes of decoded tar kept on disk under CACHE-DIR/decoded for stream-only archives (single-frame zstd, xz), in all")
+	fs.Int64Var(&c.cacheDecoded, "cache-decoded", 20<<30, "bytes of decoded tar kept on disk under CACHE-DIR/decoded for stream-only archives (single-frame zstd, single-block xz), in all")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket (default: asked from the server)")
 	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: URL of an S3-compatible server (default: $AWS_ENDPOINT_URL, else AWS)")

@@ -39,7 +39,8 @@ type Spec struct {
 	// independent 4 MiB blocks), "lz4-linked" (lz4 -BD -B4), "lz4-legacy"
 	// (lz4 -l), "lz4-go" (pierrec/lz4, 256 KiB blocks with checksums);
 	// "bzip2" (bzip2 -9), "pbzip2" (pbzip2 -p2 -9: a stream per 900 kB),
-	// "xz" (xz -6) or "xz-mt" (xz -T2, several blocks).
+	// "xz" (xz -6, one block) or "xz-mt" (xz -T2 --block-size=1MiB,
+	// several blocks).
 	Codec string
 }
 
