@@ -73,7 +73,24 @@ type Options struct {
 	// Timeout is the kernel's entry, attribute and negative-lookup cache
 	// time. The archive is immutable, so the default is one hour.
 	Timeout time.Duration
+	// Observe, if set, is told of every FUSE request served, with its op
+	// name, duration and errno (see ObserveFunc). Nil observes nothing
+	// and costs nothing.
+	Observe ObserveFunc
+	// Status, if set, is the value of the extended attribute StatusXattr
+	// of the mount's root: whatever the mounting program wants to report
+	// about itself (tarmount status reads it). It is called at each
+	// getxattr of that name, from any goroutine; its result is not
+	// retained and must be at most 64 KiB, the most an xattr value can
+	// be. The attribute is not listed by listxattr.
+	Status func() []byte
 }
+
+// StatusXattr is the extended attribute of a mount's root whose value is
+// what Options.Status returns. It answers only at the root of a mount
+// made with a Status function, so a path where it answers is such a
+// mount's root.
+const StatusXattr = "user.tarmount.status"
 
 const (
 	defaultName    = "tarmount"
@@ -106,7 +123,8 @@ const (
 type tree struct {
 	// Set once.
 	a       Archive
-	local   Local // nil: none
+	local   Local         // nil: none
+	status  func() []byte // nil: none
 	log     *slog.Logger
 	uid     *uint32
 	gid     *uint32
@@ -138,6 +156,7 @@ func newTree(a Archive, opts Options) *tree {
 	t := &tree{
 		a:       a,
 		local:   opts.Local,
+		status:  opts.Status,
 		log:     opts.Logger,
 		timeout: opts.Timeout,
 		logged:  make(map[index.EntryID]struct{}),
@@ -220,8 +239,19 @@ func Mount(mountpoint string, a Archive, opts Options) (*fuse.Server, error) {
 	t := newTree(a, opts)
 	root := newDirNode(t, index.RootID)
 	fopts := fuseOptions(opts)
-	server, err := fusefs.Mount(mountpoint, root, fopts)
+	// As fusefs.Mount, with the observer between go-fuse's server and
+	// its node bridge.
+	raw := fusefs.NewNodeFS(root, fopts)
+	if opts.Observe != nil {
+		raw = &observedFS{RawFileSystem: raw, observe: opts.Observe}
+	}
+	server, err := fuse.NewServer(raw, mountpoint, &fopts.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("fs: mount %s: %w", mountpoint, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		// The serve loop ends by itself when the mount failed.
 		return nil, fmt.Errorf("fs: mount %s: %w", mountpoint, err)
 	}
 	t.log.Info("mounted", "path", mountpoint, "src", opts.FsName, "entries", a.Len())

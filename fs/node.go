@@ -171,21 +171,30 @@ var _ fusefs.NodeGetxattrer = (*node)(nil)
 
 // Getxattr copies the value of attr into dest. An empty dest asks for the
 // size; a dest too small gets ERANGE and the size.
+//
+// The root of a mount with a Status function also answers StatusXattr.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr == StatusXattr && n.id == index.RootID && n.t.status != nil {
+		return xattrValue(n.t.status(), dest)
+	}
 	for _, x := range n.t.a.Xattrs(n.id) {
-		if x.Name != attr {
-			continue
+		if x.Name == attr {
+			return xattrValue(x.Value, dest)
 		}
-		size := uint32(len(x.Value))
-		if len(dest) == 0 {
-			return size, 0
-		}
-		if len(dest) < len(x.Value) {
-			return size, syscall.ERANGE
-		}
-		return uint32(copy(dest, x.Value)), 0
 	}
 	return 0, syscall.ENODATA
+}
+
+// xattrValue copies value into dest with getxattr's size rules.
+func xattrValue[T string | []byte](value T, dest []byte) (uint32, syscall.Errno) {
+	size := uint32(len(value))
+	if len(dest) == 0 {
+		return size, 0
+	}
+	if len(dest) < len(value) {
+		return size, syscall.ERANGE
+	}
+	return uint32(copy(dest, value)), 0
 }
 
 var _ fusefs.NodeListxattrer = (*node)(nil)

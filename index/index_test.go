@@ -711,3 +711,28 @@ func TestOldVersionRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderStats checks the span counters: a cold read misses and decodes
+// one span, the same read again hits the cache.
+func TestReaderStats(t *testing.T) {
+	var members []member
+	for i := 0; i < 8; i++ {
+		members = append(members, member{name: fmt.Sprintf("f%02d", i), data: randomData(uint64(i), 300<<10)})
+	}
+	obj := gzipBytes(tarBytes(t, members), 6)
+	ix := build(t, obj, 1<<20)
+	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
+	defer r.Close()
+	id, _ := ix.LookupPath("f05")
+	buf := make([]byte, 100)
+	for range 2 {
+		if _, err := r.ReadAt(context.Background(), id, buf, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.Stats()
+	want := ReaderStats{SpanHits: 1, SpanMisses: 1, SpanDecodes: 1, CachedBytes: st.CachedBytes}
+	if st != want || st.CachedBytes <= 0 {
+		t.Errorf("got %+v, want %+v with CachedBytes > 0", st, want)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -67,6 +68,8 @@ type Reader struct {
 	// cpu bounds the DecodeSpan calls decoding at once (GOMAXPROCS).
 	cpu chan struct{}
 
+	hits, misses, decodes atomic.Int64 // see ReaderStats
+
 	mu sync.Mutex
 	// guarded by mu
 	spans  map[int]*spanCall    // cached and in-flight spans
@@ -75,6 +78,28 @@ type Reader struct {
 	recent [recentSpans]readSeq // the latest readers, for readahead
 	next   int                  // where the next read goes in recent
 	closed bool
+}
+
+// ReaderStats are counters since NewReader, and the current cache size.
+type ReaderStats struct {
+	SpanHits    int64 // span lookups of reads served from the cache of decoded spans
+	SpanMisses  int64 // span lookups that waited for a decode (started or joined)
+	SpanDecodes int64 // spans decoded (or read from the local copy) and verified, readahead and SpanReader included
+	CachedBytes int64 // bytes of decoded spans cached now
+}
+
+// Stats returns the counters; each is read atomically. It is cheap enough
+// to call at every scrape of a metrics endpoint.
+func (r *Reader) Stats() ReaderStats {
+	r.mu.Lock()
+	used := r.used
+	r.mu.Unlock()
+	return ReaderStats{
+		SpanHits:    r.hits.Load(),
+		SpanMisses:  r.misses.Load(),
+		SpanDecodes: r.decodes.Load(),
+		CachedBytes: used,
+	}
 }
 
 // readSeq is a reader that recently read span, with its readahead window
@@ -322,6 +347,11 @@ func (r *Reader) spanData(ctx context.Context, i int, touch bool) ([]byte, error
 	if ok && c.elem != nil && touch {
 		r.lru.MoveToFront(c.elem)
 	}
+	if ok && c.elem != nil {
+		r.hits.Add(1)
+	} else {
+		r.misses.Add(1)
+	}
 	if !ok {
 		if r.closed {
 			r.mu.Unlock()
@@ -409,6 +439,7 @@ func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}) ([]by
 		r.log.Error("span digest mismatch", "span", i, "off", cp.Out, "local", cp.Kind == kindLocal)
 		return nil, fmt.Errorf("%w: span %d at %d: digest mismatch", ErrCorrupt, i, cp.Out)
 	}
+	r.decodes.Add(1)
 	return data, nil
 }
 

@@ -35,6 +35,12 @@ type archive struct {
 	ix     *index.Index
 	reader *index.Reader
 	local  *os.File // the decoded copy of a stream-only archive
+	// probe counts the reads that look for an embedded index: they go
+	// to the source, not through blocks.
+	probe *countingSource
+	// indexFrom says where ix came from: indexFromFile, indexFromCache,
+	// indexFromEmbedded or indexFromBuilt.
+	indexFrom string
 }
 
 func (a *archive) Close(log *slog.Logger) {
@@ -75,7 +81,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 		}
 		return nil, err
 	}
-	a := &archive{src: src, disk: disk}
+	a := &archive{src: src, disk: disk, probe: &countingSource{Source: src}}
 	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{BlockSize: c.blockSize, Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log, Disk: a.disk})
 	id := src.Identity()
 	cached := cachePath(c.cacheDir, src.String(), id)
@@ -91,22 +97,22 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 			return nil, fmt.Errorf("%w: %s was built for %s, the source is now %s",
 				index.ErrIdentity, c.indexFile, ix.Source, id)
 		}
-		a.ix = ix
+		a.ix, a.indexFrom = ix, indexFromFile
 	case !rebuild:
 		if ix, err := index.Load(cached); err == nil && sameIdentity(ix.Source, id) {
 			log.Debug("index loaded", "path", cached)
-			a.ix = ix
+			a.ix, a.indexFrom = ix, indexFromCache
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			log.Warn("saved index unusable, rebuilding", "path", cached, "err", err)
 		}
 	}
 	if a.ix == nil {
 		// A packed archive carries its index: no pass at all.
-		ix, err := index.LoadEmbedded(ctx, src, id)
+		ix, err := index.LoadEmbedded(ctx, a.probe, id)
 		switch {
 		case err == nil:
 			log.Info("index embedded in the archive", "src", src.String(), "entries", ix.Len())
-			a.ix = ix
+			a.ix, a.indexFrom = ix, indexFromEmbedded
 			if err := a.ix.Save(cached); err != nil {
 				log.Warn("could not save index", "path", cached, "err", err)
 			}
@@ -124,6 +130,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	if a.ix == nil {
 		lw := &localWriter{path: localPath, limit: c.cacheDecoded, log: log}
 		a.ix, err = buildIndex(ctx, a, c, log, lw)
+		a.indexFrom = indexFromBuilt
 		if err == nil && a.ix.StreamOnly() {
 			if err = lw.commit(a.ix.TarSize); err == nil {
 				if a.local = openLocalCopy(localPath, a.ix.TarSize); a.local == nil {
@@ -262,6 +269,21 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		defer bg.stop()
 		fsOpts.Local = bg.job
 		archive = gatedReader{a.reader, bg.gate}
+	}
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return err
+	}
+	status := &statusSource{a: a, bg: bg, c: c, mountpoint: abs, started: start}
+	fsOpts.Status = status.json
+	if c.metricsAddr != "" {
+		m := newMetrics(status)
+		stopMetrics, err := serveMetrics(c.metricsAddr, m.reg, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		fsOpts.Observe = m.observe
 	}
 	server, err := tfs.Mount(mountpoint, archive, fsOpts)
 	if err != nil {

@@ -275,8 +275,8 @@ type background struct {
 	cancel context.CancelFunc
 	ctx    context.Context
 	done   chan struct{}
-	// started is set by run; err is the job's result, set before done
-	// is closed.
+	// started is set by run; err is the job's result (or why it did not
+	// start), set before done is closed.
 	started bool
 	err     error
 }
@@ -309,6 +309,8 @@ func (b *background) run() {
 	spans := materialize.IndexSpans(b.reader, b.src)
 	if spans == nil && !b.job.Complete() {
 		b.log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", b.job.Dir())
+		b.err = errNoSpans
+		close(b.done)
 		return
 	}
 	b.started = true
@@ -326,6 +328,23 @@ func (b *background) run() {
 		b.log.Info("materialized", "path", b.job.Dir(), "files", b.prog.Files.Load(), "bytes", b.prog.Bytes.Load(),
 			"fetched", b.src.n.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
 	}()
+}
+
+// errNoSpans stops the materialization of an archive without checkpoints.
+var errNoSpans = errors.New("the archive has no checkpoints to read it in spans; run tarmount extract instead")
+
+// state reports whether the job has made DIR complete, or why it stopped
+// ("" while it runs). It is safe to call from any goroutine.
+func (b *background) state() (complete bool, stopped string) {
+	select {
+	case <-b.done:
+		if b.err != nil {
+			return false, b.err.Error()
+		}
+		return true, ""
+	default:
+		return b.job.Complete(), ""
+	}
 }
 
 // statusInterval is how often report tells systemd how materialization

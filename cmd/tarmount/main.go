@@ -5,6 +5,7 @@
 //	tarmount index [flags] URL          build (or refresh) the index; -o FILE writes it there too
 //	tarmount extract [flags] URL DIR    write the whole tree to DIR (parallel spans with an index, else one pass)
 //	tarmount unmount MOUNTPOINT         unmount; detaches lazily when busy, clears a dead mount
+//	tarmount status MOUNTPOINT          how a running mount is doing (--json for scripts)
 //	tarmount pack SRC -o OUT.tar.zst    write a seekable zstd tarball with its index embedded
 package main
 
@@ -28,6 +29,8 @@ const usage = `Usage:
   tarmount index [flags] URL         build and save the index of the archive
   tarmount extract [flags] URL DIR   write the whole tree to DIR, fast (resumes if interrupted)
   tarmount unmount MOUNTPOINT        unmount (lazily when busy; clears a dead mount)
+  tarmount status [--json] MOUNTPOINT  source, index, fetches, caches and materialization
+                                     of a running mount (--metrics-addr: Prometheus)
   tarmount ls [flags] URL [PATH...]  list the archive (-l like tar -tv; --json: one object per line)
   tarmount stat [--json] URL PATH... what the archive says of PATH
   tarmount cat URL PATH...           write members to stdout (fetches only their spans)
@@ -99,6 +102,8 @@ type config struct {
 	daemon     bool
 	foreground bool
 	logFile    string
+	// metricsAddr is where a mount serves Prometheus metrics; "" = none.
+	metricsAddr string
 	// Mount options from -o.
 	allowOther, debugFUSE bool
 }
@@ -157,6 +162,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.daemon, "daemon", false, "mount: serve from a background process and exit once the mount answers (0), or with the reason it failed (1)")
 	fs.BoolVar(&c.foreground, "foreground", false, "mount: stay in the foreground until unmounted or signalled (the default; overrides --daemon)")
 	fs.StringVar(&c.logFile, "log-file", "", "mount --daemon: append the server's log to `FILE` (default: discarded)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "mount: serve Prometheus metrics at http://`HOST:PORT`/metrics (port 0: a free port, logged)")
 	c.retry.register(fs)
 	c.mat.register(fs)
 	c.inspect.register(fs)
@@ -193,7 +199,7 @@ func run(args []string, stderr io.Writer) error {
 	cmd := "mount"
 	if len(args) > 0 {
 		switch args[0] {
-		case "index", "unmount", "umount", "mount", "pack", "extract", "ls", "stat", "cat", "get":
+		case "index", "unmount", "umount", "mount", "pack", "extract", "ls", "stat", "cat", "get", "status":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -233,6 +239,11 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("usage: tarmount unmount MOUNTPOINT")
 		}
 		return unmount(pos[0], log)
+	case "status":
+		if len(pos) != 1 {
+			return fmt.Errorf("usage: tarmount status MOUNTPOINT [--json]")
+		}
+		return statusCmd(pos[0], c.inspect.json, os.Stdout)
 	case "extract":
 		if len(pos) != 2 {
 			return fmt.Errorf("usage: tarmount extract URL DIR")
