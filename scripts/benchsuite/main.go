@@ -385,7 +385,10 @@ func (s *suite) record(r Result) {
 	b, _ := json.Marshal(r)
 	s.jsonl.Write(append(b, '\n'))
 	line := fmt.Sprintf("%s: %s", r.Tool, r.Status)
-	if r.Status == statusOK {
+	switch {
+	case r.Status == statusOK && strings.HasPrefix(r.Scenario, scRSS):
+		line = fmt.Sprintf("%s: peak RSS %.0f MiB (%s)", r.Tool, float64(r.RSS)/(1<<20), strings.TrimPrefix(r.Scenario, scRSS+": "))
+	case r.Status == statusOK:
 		line = fmt.Sprintf("%s: %.3f s", r.Tool, r.Seconds)
 		if r.Reads > 0 {
 			line += fmt.Sprintf(", p50 %.1f ms, p99 %.1f ms", r.P50*1e3, r.P99*1e3)
