@@ -30,10 +30,11 @@
 #   RUNS=3                  runs per scenario and tool
 #   DATASETS="go small big"
 #   CODECS=""               for every dataset: tar gz zst seekable lz4
-#                           (default: all for go, gz for small, gz zst for big)
+#                           (default: all for go, gz for small and big)
 #   PROFILES="objstore"     add unshaped for loopback without shaping
 #   SCENARIOS="1 2 3 4 5 6"
 #   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
+#   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)
 #   OUT=$SCRATCH/out
 #   TARMOUNT_BIN=PATH       use this binary instead of building ./cmd/tarmount
@@ -53,6 +54,7 @@ die() {
 
 if [[ "${QUICK:-0}" == 1 ]]; then
 	: "${RUNS:=1}" "${DATASETS:=go big}" "${CODECS:=gz zst}" "${PROFILES:=objstore}" "${BIG_SIZE:=256MiB}"
+	: "${GOBUILD_TIMEOUT:=2m}"
 fi
 RUNS="${RUNS:-3}"
 DATASETS="${DATASETS:-go small big}"
@@ -179,7 +181,8 @@ command -v aria2c >/dev/null && TOOLS+=", $(aria2c --version | head -1)"
 list() { echo "$*" | tr ' ' ','; }
 args=(-scratch "$SCRATCH" -out "$OUT" -tarmount "$BIN/tarmount" "${RATAR_ARGS[@]}" -rapidgzip "$RAPIDGZIP"
 	-runs "$RUNS" -datasets "$(list "$DATASETS")" -profiles "$(list "$PROFILES")"
-	-scenarios "$(list "$SCENARIOS")" -big-size "$BIG_SIZE" -meta "tools=$TOOLS")
+	-scenarios "$(list "$SCENARIOS")" -big-size "$BIG_SIZE" -gobuild-timeout "${GOBUILD_TIMEOUT:-5m}"
+	-meta "tools=$TOOLS")
 [[ -z "$CODECS" ]] || args+=(-codecs "$(list "$CODECS")")
 [[ "${KEEP:-0}" != 1 ]] || args+=(-keep)
 say "running the suite: ${args[*]:2} $*"

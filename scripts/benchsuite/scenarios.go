@@ -680,7 +680,7 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 		"GOTELEMETRY=off", "CGO_ENABLED=0", "GOFLAGS=", "LC_ALL=C"}
 	gobin := filepath.Join(root, "bin", "go")
 	t0 := time.Now()
-	out, err := runCmd(ctx, s.c.stepTimeout, env, hello, gobin, "version")
+	out, err := runCmd(ctx, s.c.goBuildTimeout, env, hello, gobin, "version")
 	rv.Seconds = time.Since(t0).Seconds()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -694,7 +694,7 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 	bin := filepath.Join(s.work, "hello.out")
 	os.Remove(bin)
 	t0 = time.Now()
-	out, err = runCmd(ctx, s.c.stepTimeout, env, hello, gobin, "build", "-o", bin, ".")
+	out, err = runCmd(ctx, s.c.goBuildTimeout, env, hello, gobin, "build", "-o", bin, ".")
 	rb.Seconds = time.Since(t0).Seconds()
 	if ctx.Err() != nil {
 		return ctx.Err()
