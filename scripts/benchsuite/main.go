@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -580,7 +581,7 @@ func render(c *config, runsPath string, meta [][2]string, notes []string) error 
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(sum, "", "  ")
+	b, err := json.MarshalIndent(jsonSafe(sum), "", "  ")
 	if err != nil {
 		return err
 	}
@@ -599,6 +600,25 @@ func render(c *config, runsPath string, meta [][2]string, notes []string) error 
 		return err
 	}
 	return writeMarkdown(os.Stdout, sum)
+}
+
+// jsonSafe returns a copy of s with the NaN of rows without an ok run
+// (JSON has no NaN) set to 0; "ok": 0 says there is no value.
+func jsonSafe(s Summary) Summary {
+	s.Groups = slices.Clone(s.Groups)
+	for i := range s.Groups {
+		g := &s.Groups[i]
+		g.Rows = slices.Clone(g.Rows)
+		for j := range g.Rows {
+			r := &g.Rows[j]
+			for _, f := range []*float64{&r.Median, &r.Min, &r.Max, &r.Seconds, &r.MBps, &r.P50, &r.P99, &r.Ratio} {
+				if math.IsNaN(*f) || math.IsInf(*f, 0) {
+					*f = 0
+				}
+			}
+		}
+	}
+	return s
 }
 
 // standingNotes explain how the suite measures; every report carries them.

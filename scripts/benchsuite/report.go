@@ -186,7 +186,9 @@ func summarize(results []Result, meta [][2]string, notes []string) Summary {
 		if ra, rb := rank(a.sc), rank(b.sc); ra != rb {
 			return ra < rb
 		}
-		return false // otherwise in the order the suite ran them
+		// The phases of scenario 7 together; otherwise in the order the
+		// suite ran them.
+		return a.sc < b.sc
 	})
 	s := Summary{Meta: meta, Notes: notes}
 	for _, k := range keys {

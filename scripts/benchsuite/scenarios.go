@@ -52,7 +52,7 @@ func (s *suite) result(cb *combo, sc, tool string, run int) Result {
 func (s *suite) fail(r Result, format string, args ...any) {
 	r.Status = statusFail
 	r.Seconds = 0
-	r.Note = fmt.Sprintf(format, args...)
+	r.Note = strings.TrimSuffix(strings.TrimSpace(fmt.Sprintf(format, args...)), ":")
 	s.record(r)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -134,6 +135,9 @@ func TestReport(t *testing.T) {
 	}
 	if c := s.Groups[0].Rows[1]; c.TargetMet == nil || *c.TargetMet {
 		t.Errorf("cold tarmount 1.3 s vs decode 1.0 s: target met %v, want false", c.TargetMet)
+	}
+	if _, err := json.Marshal(jsonSafe(s)); err != nil {
+		t.Errorf("summary JSON: %v", err)
 	}
 	var md bytes.Buffer
 	if err := writeMarkdown(&md, s); err != nil {
