@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# tarmount's benchmark suite against its peers, in one command (see
+# shared/DESIGN.md, "Performance targets"). It installs what it needs into a
+# scratch dir, builds tarmount and the driver scripts/benchsuite, runs every
+# scenario with every tool in the same run (alternating their order), and
+# draws the chart:
+#   1. cold mount-ready without an index: tarmount, ratarmount, and the
+#      fastest CLI decoding the whole object (curl | pigz -d, zstd -d, lz4 -d)
+#   2. warm mount-ready with a saved index
+#   3. cold random reads of 100 small files (p50, p99, bytes fetched)
+#   4. sequential read of the largest member (MB/s)
+#   5. full extraction: tarmount extract (cold, saved index), --materialize,
+#      curl | tar -x, curl | pigz -d | tar -x, curl | rapidgzip -d | tar -x,
+#      aria2c -x8 -s8 then tar -x
+#   6. go version and go build with GOROOT in a lazy mount, a materialized
+#      mount, ratarmount and a local tree
+#   7. peak RSS of every mount
+# on the datasets go (this machine's Go toolchain), small (200k files of
+# 1-8 KiB) and big (one 2 GiB text file), as .tar, .tar.gz, .tar.zst,
+# .seekable.tar.zst (tarmount pack) and .tar.lz4, served on 127.0.0.1 shaped
+# like object storage (20 ms, 80 MB/s per connection) or unshaped.
+#
+# Output in $OUT: runs.jsonl (every run), summary.json, suite.md (the table,
+# also on stdout) and suite.png (the chart). Progress on stderr.
+#
+#   bash scripts/bench-suite.sh           # needs root (apt, FUSE) and /dev/fuse; about an hour
+#   QUICK=1 bash scripts/bench-suite.sh   # a few minutes: go and big (256 MiB), gz and zst, 1 run
+#
+# Environment (each also a flag of the driver; extra flags go after --):
+#   RUNS=3                  runs per scenario and tool
+#   DATASETS="go small big"
+#   CODECS=""               for every dataset: tar gz zst seekable lz4
+#                           (default: all for go, gz for small and big)
+#   PROFILES="objstore"     add unshaped for loopback without shaping
+#   SCENARIOS="1 2 3 4 5 6"
+#   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
+#   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
+#   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)
+#   OUT=$SCRATCH/out
+#   TARMOUNT_BIN=PATH       use this binary instead of building ./cmd/tarmount
+#   RATARMOUNT=1            0 leaves ratarmount out (its rows say so)
+#   KEEP=1                  keep the work dir (logs, caches)
+set -euo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+
+say() { printf '==> %s\n' "$*" >&2; }
+warn() { printf 'bench-suite.sh: warning: %s\n' "$*" >&2; }
+die() {
+	printf 'bench-suite.sh: FAILED: %s\n' "$*" >&2
+	exit 1
+}
+
+if [[ "${QUICK:-0}" == 1 ]]; then
+	: "${RUNS:=1}" "${DATASETS:=go big}" "${CODECS:=gz zst}" "${PROFILES:=objstore}" "${BIG_SIZE:=256MiB}"
+	: "${GOBUILD_TIMEOUT:=2m}"
+fi
+RUNS="${RUNS:-3}"
+DATASETS="${DATASETS:-go small big}"
+CODECS="${CODECS:-}"
+PROFILES="${PROFILES:-objstore}"
+SCENARIOS="${SCENARIOS:-1 2 3 4 5 6}"
+BIG_SIZE="${BIG_SIZE:-${SCALE:-2GiB}}"
+SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}/tarmount-suite}"
+RATARMOUNT="${RATARMOUNT:-1}"
+
+[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS=$RUNS is not a positive integer"
+[[ "$SCRATCH" != *[[:space:]]* ]] || die "SCRATCH=$SCRATCH must not contain spaces"
+mkdir -p "$SCRATCH"
+SCRATCH="$(cd "$SCRATCH" && pwd)"
+OUT="${OUT:-$SCRATCH/out}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+BIN="$SCRATCH/bin"
+mkdir -p "$BIN"
+
+# The driver runs in the background so that a signal to this script is
+# passed on at once; the driver stops its own processes and mounts.
+DRIVER_PID=""
+on_signal() {
+	[[ -z "$DRIVER_PID" ]] || kill -TERM "$DRIVER_PID" 2>/dev/null || true
+}
+trap 'on_signal; exit 130' INT
+trap 'on_signal; exit 143' TERM
+
+# ---------------------------------------------------------------- tools
+
+# apt_install PKG...: install Debian packages (root only), logged.
+apt_install() {
+	((EUID == 0)) || {
+		warn "need root to install $*"
+		return 1
+	}
+	command -v apt-get >/dev/null || {
+		warn "apt-get not found; install $* by hand"
+		return 1
+	}
+	say "installing $* with apt-get"
+	local log="$SCRATCH/apt.log"
+	if ! timeout 600 apt-get update -q >"$log" 2>&1 ||
+		! DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q --no-install-recommends "$@" >>"$log" 2>&1; then
+		tail -5 "$log" >&2
+		return 1
+	fi
+}
+
+say "checking tools"
+command -v go >/dev/null || die "go not found in PATH"
+[[ -e /dev/fuse ]] || die "/dev/fuse is missing: FUSE mounts are impossible here"
+declare -A pkg_of=([curl]=curl [pigz]=pigz [zstd]=zstd [lz4]=lz4 [tar]=tar [fusermount3]=fuse3 [python3]=python3)
+missing=()
+for c in "${!pkg_of[@]}"; do
+	command -v "$c" >/dev/null 2>&1 || missing+=("${pkg_of[$c]}")
+done
+if ((${#missing[@]})); then
+	apt_install "${missing[@]}" || die "could not install ${missing[*]}"
+fi
+# aria2c is a peer: without it, its rows say n/a.
+command -v aria2c >/dev/null 2>&1 || apt_install aria2 || warn "aria2c is missing; its rows will say n/a"
+
+# A venv in the scratch dir (kept between runs): ratarmount (which brings
+# rapidgzip) and matplotlib for the chart.
+VENV="$SCRATCH/venv"
+RATAR_NOTE="not installed (RATARMOUNT=0)"
+if [[ ! -x "$VENV/bin/python" ]]; then
+	python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv || true
+	say "making a python venv in $VENV"
+	python3 -m venv "$VENV" >"$SCRATCH/venv.log" 2>&1 || warn "python3 -m venv failed: $(tail -1 "$SCRATCH/venv.log")"
+fi
+pip_install() {
+	[[ -x "$VENV/bin/pip" ]] || return 1
+	say "pip install $* (into $VENV)"
+	timeout 900 "$VENV/bin/pip" install -q "$@" >"$SCRATCH/pip.log" 2>&1
+}
+if [[ "$RATARMOUNT" != 0 ]]; then
+	if ! "$VENV/bin/ratarmount" --version >/dev/null 2>&1; then
+		pip_install ratarmount fsspec aiohttp requests ||
+			warn "pip install ratarmount failed: $(grep -v '^\s*$' "$SCRATCH/pip.log" | tail -1)"
+	fi
+	if "$VENV/bin/ratarmount" --version >/dev/null 2>&1; then
+		RATAR_NOTE=""
+	else
+		RATAR_NOTE="failed to install (pip install ratarmount; see $SCRATCH/pip.log)"
+	fi
+fi
+if ! "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
+	pip_install matplotlib || warn "pip install matplotlib failed: no chart"
+fi
+
+RATAR_ARGS=(-ratarmount "" -ratarmount-note "$RATAR_NOTE")
+RATAR_VERSION="not installed"
+if [[ -z "$RATAR_NOTE" ]]; then
+	RATAR_ARGS=(-ratarmount "$VENV/bin/ratarmount")
+	RATAR_VERSION="$("$VENV/bin/ratarmount" --version 2>/dev/null | awk '$1 == "ratarmount" || $1 == "rapidgzip" || $1 == "indexed_zstd" || $1 == "indexed_gzip" || $1 == "fsspec" { printf "%s%s %s", sep, $1, $2; sep = ", " }')"
+fi
+RAPIDGZIP=""
+[[ -x "$VENV/bin/rapidgzip" ]] && RAPIDGZIP="$VENV/bin/rapidgzip"
+
+say "building tarmount and the driver into $BIN"
+if [[ -n "${TARMOUNT_BIN:-}" ]]; then
+	[[ -x "$TARMOUNT_BIN" ]] || die "TARMOUNT_BIN=$TARMOUNT_BIN is not executable"
+	cp "$TARMOUNT_BIN" "$BIN/tarmount"
+	COMMIT="binary from TARMOUNT_BIN"
+else
+	timeout 600 go build -o "$BIN/tarmount" ./cmd/tarmount ||
+		die "go build ./cmd/tarmount failed (set TARMOUNT_BIN to a built binary)"
+	COMMIT="$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	[[ -z "$(git -C "$REPO" status --porcelain 2>/dev/null | grep -v '^??' || true)" ]] || COMMIT+=" + uncommitted changes"
+fi
+timeout 600 go build -o "$BIN/benchsuite" ./scripts/benchsuite || die "go build ./scripts/benchsuite failed"
+
+TOOLS="$(go version | cut -d' ' -f3), tarmount $COMMIT, ratarmount: $RATAR_VERSION"
+TOOLS+=", $(curl --version | head -1 | cut -d' ' -f1-2), pigz $(pigz --version 2>&1 | cut -d' ' -f2)"
+TOOLS+=", zstd $(zstd -V | grep -o 'v[0-9.]*' | head -1), lz4 $(lz4 -V 2>&1 | grep -o 'v[0-9.]*' | head -1)"
+TOOLS+=", $(tar --version | head -1)"
+command -v aria2c >/dev/null && TOOLS+=", $(aria2c --version | head -1)"
+
+# ---------------------------------------------------------------- run
+
+list() { echo "$*" | tr ' ' ','; }
+args=(-scratch "$SCRATCH" -out "$OUT" -tarmount "$BIN/tarmount" "${RATAR_ARGS[@]}" -rapidgzip "$RAPIDGZIP"
+	-runs "$RUNS" -datasets "$(list "$DATASETS")" -profiles "$(list "$PROFILES")"
+	-scenarios "$(list "$SCENARIOS")" -big-size "$BIG_SIZE" -gobuild-timeout "${GOBUILD_TIMEOUT:-5m}"
+	-meta "tools=$TOOLS")
+[[ -z "$CODECS" ]] || args+=(-codecs "$(list "$CODECS")")
+[[ "${KEEP:-0}" != 1 ]] || args+=(-keep)
+say "running the suite: ${args[*]:2} $*"
+"$BIN/benchsuite" "${args[@]}" "$@" &
+DRIVER_PID=$!
+status=0
+wait "$DRIVER_PID" || status=$?
+DRIVER_PID=""
+((status == 0)) || die "the driver failed (exit $status)"
+
+if "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
+	"$VENV/bin/python" scripts/bench-chart.py "$OUT/summary.json" "$OUT/suite.png" || warn "the chart failed"
+else
+	warn "matplotlib is missing: no chart"
+fi
+say "wrote $OUT/suite.md, $OUT/summary.json, $OUT/runs.jsonl and $OUT/suite.png"

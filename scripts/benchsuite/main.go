@@ -1,0 +1,635 @@
+// Command benchsuite is tarmount's benchmark suite against its peers: it
+// makes the datasets (the Go toolchain, 200k small files, one big file, each
+// as .tar, .tar.gz, .tar.zst, seekable .tar.zst and .tar.lz4), serves them
+// on 127.0.0.1 with scripts/httpserve/shaped (shaped like object storage, or
+// not), runs every scenario with tarmount and its peers in the same run,
+// alternating their order, and writes every run as JSON lines, a summary
+// JSON and a markdown table. scripts/bench-suite.sh installs the peers,
+// builds the binaries and runs it; scripts/bench-chart.py draws the chart.
+//
+// It drives the tarmount binary like a user would and imports none of
+// tarmount's packages.
+//
+//	benchsuite -tarmount BIN -ratarmount BIN -scratch DIR -out DIR [flags]
+//	benchsuite -render OUT/runs.jsonl -out DIR   (the reports again, from the runs)
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+)
+
+type config struct {
+	scratch, out   string
+	tarmount       string
+	ratarmount     string
+	ratarNote      string // why ratarmount is missing
+	rapidgzip      string
+	runs           int
+	datasets       []string
+	codecs         []string // empty: per-dataset defaults
+	profiles       []string
+	scenarios      map[string]bool
+	bigSize        int64
+	smallFiles     int
+	reads          int
+	seed           uint64
+	goBuildCodecs  []string
+	stepTimeout    time.Duration
+	goBuildTimeout time.Duration
+	mountTimeout   time.Duration
+	indexTimeout   time.Duration
+	keep           bool
+	render         string
+	metaExtra      []string
+	datasetsOnly   bool
+	startedAtClock time.Time
+}
+
+var allCodecs = []string{"tar", "gz", "zst", "seekable", "lz4"}
+
+// defaultCodecs keeps the default run near an hour on two cores: every
+// codec for the Go toolchain, the common ones for the big datasets.
+var defaultCodecs = map[string][]string{
+	"go":    allCodecs,
+	"small": {"gz"},
+	"big":   {"gz"},
+}
+
+func main() {
+	cfg, err := parseFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchsuite:", err)
+		os.Exit(2)
+	}
+	if cfg.render != "" {
+		if err := render(cfg, cfg.render, nil, nil); err != nil {
+			fatalf("%v", err)
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	interrupted := false
+	go func() {
+		<-sigs
+		interrupted = true
+		warnf("interrupted: stopping the suite's processes and mounts")
+		cancel()
+		<-sigs
+		cleanupAll()
+		os.Exit(130)
+	}()
+	err = run(ctx, cfg)
+	cleanupAll()
+	if interrupted {
+		os.Exit(130)
+	}
+	if err != nil {
+		fatalf("%v", err)
+	}
+}
+
+func parseFlags() (*config, error) {
+	c := &config{startedAtClock: time.Now()}
+	var datasets, codecs, profiles, scenarios, bigSize, goBuild, meta string
+	var seed uint64
+	flag.StringVar(&c.scratch, "scratch", filepath.Join(os.TempDir(), "tarmount-suite"), "datasets (kept) and work files")
+	flag.StringVar(&c.out, "out", "", "where the reports go (default SCRATCH/out)")
+	flag.StringVar(&c.tarmount, "tarmount", "tarmount", "tarmount binary")
+	flag.StringVar(&c.ratarmount, "ratarmount", "", "ratarmount binary (empty: not installed, see -ratarmount-note)")
+	flag.StringVar(&c.ratarNote, "ratarmount-note", "not installed", "why ratarmount is missing, for the report")
+	flag.StringVar(&c.rapidgzip, "rapidgzip", "", "rapidgzip binary (empty: not installed)")
+	flag.IntVar(&c.runs, "runs", 3, "runs per scenario and tool")
+	flag.StringVar(&datasets, "datasets", "go,small,big", "datasets: go, small, big")
+	flag.StringVar(&codecs, "codecs", "", "codecs for every dataset: tar, gz, zst, seekable, lz4 (default: all for go, gz for small and big)")
+	flag.StringVar(&profiles, "profiles", "objstore", "server profiles: objstore (20 ms, 80 MB/s per connection), unshaped")
+	flag.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6", "scenarios to run (7, peak RSS, comes with every mount)")
+	flag.StringVar(&bigSize, "big-size", "2GiB", "size of the big dataset's file (e.g. 256MiB)")
+	flag.IntVar(&c.smallFiles, "small-files", 200000, "files in the small dataset")
+	flag.IntVar(&c.reads, "reads", 100, "small files read at random in scenario 3")
+	flag.Uint64Var(&seed, "seed", 1, "seed of the generated datasets and of the choice of reads")
+	flag.StringVar(&goBuild, "gobuild-codecs", "gz", "codecs of the go dataset that scenario 6 runs on")
+	flag.DurationVar(&c.stepTimeout, "step-timeout", 15*time.Minute, "longest one timed step may take")
+	flag.DurationVar(&c.goBuildTimeout, "gobuild-timeout", 5*time.Minute, "longest go version or go build may take in scenario 6 (a slower run counts as failed)")
+	flag.DurationVar(&c.mountTimeout, "mount-timeout", 2*time.Minute, "longest a mount with a saved index may take to answer")
+	flag.DurationVar(&c.indexTimeout, "index-timeout", 15*time.Minute, "longest a mount without an index may take to answer")
+	flag.BoolVar(&c.keep, "keep", false, "keep the work dir (logs, caches)")
+	flag.StringVar(&c.render, "render", "", "only render the reports from this runs.jsonl")
+	flag.StringVar(&meta, "meta", "", "extra 'key=value' lines for the report, separated by ';'")
+	flag.BoolVar(&c.datasetsOnly, "datasets-only", false, "make the datasets and stop")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	c.seed = seed
+	list := func(s string) []string {
+		return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+	}
+	c.datasets, c.codecs, c.profiles, c.goBuildCodecs = list(datasets), list(codecs), list(profiles), list(goBuild)
+	for _, d := range c.datasets {
+		if _, ok := defaultCodecs[d]; !ok {
+			return nil, fmt.Errorf("unknown dataset %q (go, small, big)", d)
+		}
+	}
+	for _, k := range append(slices.Clone(c.codecs), c.goBuildCodecs...) {
+		if !slices.Contains(allCodecs, k) {
+			return nil, fmt.Errorf("unknown codec %q (%s)", k, strings.Join(allCodecs, ", "))
+		}
+	}
+	for _, p := range c.profiles {
+		if _, ok := profileOptions[p]; !ok {
+			return nil, fmt.Errorf("unknown profile %q (objstore, unshaped)", p)
+		}
+	}
+	c.scenarios = map[string]bool{}
+	for _, s := range list(scenarios) {
+		c.scenarios[s] = true
+	}
+	n, err := parseSize(bigSize)
+	if err != nil {
+		return nil, err
+	}
+	c.bigSize = n
+	if c.runs < 1 {
+		return nil, errors.New("-runs must be at least 1")
+	}
+	if c.out == "" {
+		c.out = filepath.Join(c.scratch, "out")
+	}
+	if meta != "" {
+		c.metaExtra = strings.Split(meta, ";")
+	}
+	return c, nil
+}
+
+// parseSize reads 2GiB, 256MiB, 64KiB or a number of bytes.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}}
+	mult := int64(1)
+	for _, u := range units {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = v, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q (e.g. 2GiB, 256MiB)", s)
+	}
+	return int64(n * float64(mult)), nil
+}
+
+func warnf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "benchsuite: warning: "+format+"\n", args...)
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "benchsuite: FAILED: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func say(format string, args ...any)  { fmt.Fprintf(os.Stderr, "==> "+format+"\n", args...) }
+func info(format string, args ...any) { fmt.Fprintf(os.Stderr, "    "+format+"\n", args...) }
+
+// ------------------------------------------------------------ servers
+
+var profileOptions = map[string]shaped.Options{
+	"objstore": {Latency: 20 * time.Millisecond, Rate: 80e6},
+	"unshaped": {},
+}
+
+type server struct {
+	name string
+	h    *shaped.Handler
+	srv  *http.Server
+	base string
+}
+
+func startServer(name, dir string) (*server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	h := shaped.NewHandler(dir, profileOptions[name])
+	s := &server{name: name, h: h, srv: &http.Server{Handler: h}, base: "http://" + ln.Addr().String()}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			warnf("server %s: %v", name, err)
+		}
+	}()
+	return s, nil
+}
+
+func (s *server) close() {
+	s.srv.Close()
+	s.h.Close()
+}
+
+// counters are what the server served so far.
+type counters struct{ requests, bytes int64 }
+
+func (s *server) counters() counters {
+	st := s.h.Stats()
+	return counters{st.Requests, st.Bytes}
+}
+
+// ------------------------------------------------------------ datasets
+
+// dataset is one generated tarball and its compressed forms.
+type dataset struct {
+	kind  string // go, small, big
+	name  string // also the stem of its files
+	dir   string
+	facts *Facts
+	top   string // top directory in the archive
+}
+
+func (d *dataset) tarPath() string { return filepath.Join(d.dir, d.name+".tar") }
+
+// object returns the file name of the dataset in a codec.
+func (d *dataset) object(codec string) string {
+	switch codec {
+	case "gz":
+		return d.name + ".tar.gz"
+	case "zst":
+		return d.name + ".tar.zst"
+	case "seekable":
+		return d.name + ".seekable.tar.zst"
+	case "lz4":
+		return d.name + ".tar.lz4"
+	}
+	return d.name + ".tar"
+}
+
+func sizeName(n int64) string {
+	if n%(1<<30) == 0 {
+		return fmt.Sprintf("%dGiB", n>>30)
+	}
+	return fmt.Sprintf("%dMiB", n>>20)
+}
+
+// makeDataset writes the dataset's .tar and the compressed forms it needs
+// (each once; an existing file is kept).
+func makeDataset(ctx context.Context, c *config, kind string, codecs []string) (*dataset, error) {
+	dir := filepath.Join(c.scratch, "data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	d := &dataset{kind: kind, name: kind, dir: dir, top: kind}
+	var write func(w io.Writer) error
+	switch kind {
+	case "go":
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			return nil, fmt.Errorf("go env GOROOT: %w", err)
+		}
+		goroot := strings.TrimSpace(string(out))
+		write = func(w io.Writer) error { return writeTree(w, goroot, "go") }
+	case "small":
+		if c.smallFiles != 200000 {
+			d.name = fmt.Sprintf("small-%d", c.smallFiles)
+		}
+		write = func(w io.Writer) error { return writeSmall(w, c.smallFiles, c.seed) }
+	case "big":
+		d.name = "big-" + sizeName(c.bigSize)
+		write = func(w io.Writer) error { return writeBig(w, c.bigSize, c.seed) }
+	}
+	if _, err := os.Stat(d.tarPath()); err != nil {
+		say("making %s (once)", d.tarPath())
+	}
+	if err := writeFile(d.tarPath(), func(w io.Writer) error { return write(w) }); err != nil {
+		return nil, err
+	}
+	for _, k := range codecs {
+		out := filepath.Join(dir, d.object(k))
+		if _, err := os.Stat(out); err == nil || k == "tar" {
+			continue
+		}
+		say("making %s (once)", out)
+		var sh string
+		switch k {
+		case "gz":
+			sh = `pigz -6 -c "$1" > "$2"`
+		case "zst":
+			sh = `zstd -q -3 -c "$1" > "$2"` // one frame
+		case "lz4":
+			sh = `lz4 -q -c "$1" > "$2"`
+		case "seekable":
+			sh = `"$3" pack "$1" -o "$2"`
+		}
+		tmp := out + ".tmp"
+		if msg, err := runCmd(ctx, time.Hour, os.Environ(), "", "bash", "-o", "pipefail", "-c", sh, "_",
+			d.tarPath(), tmp, c.tarmount); err != nil {
+			os.Remove(tmp)
+			return nil, fmt.Errorf("make %s: %v: %s", out, err, msg)
+		}
+		if err := os.Rename(tmp, out); err != nil {
+			return nil, err
+		}
+	}
+	facts, err := loadFacts(d.tarPath(), c.reads, c.seed)
+	if err != nil {
+		return nil, err
+	}
+	d.facts = facts
+	if i := strings.IndexByte(facts.Probe.Path, '/'); i > 0 {
+		d.top = facts.Probe.Path[:i]
+	}
+	return d, nil
+}
+
+// ------------------------------------------------------------ the run
+
+// suite holds what every scenario uses.
+type suite struct {
+	c       *config
+	work    string
+	results []Result
+	jsonl   *os.File
+	notes   []string
+	servers map[string]*server
+	env     []string
+	goLocal string // the go dataset extracted on local disk, for scenario 6
+}
+
+func (s *suite) note(format string, args ...any) {
+	n := fmt.Sprintf(format, args...)
+	if !slices.Contains(s.notes, n) {
+		s.notes = append(s.notes, n)
+	}
+}
+
+func (s *suite) record(r Result) {
+	s.results = append(s.results, r)
+	b, _ := json.Marshal(r)
+	s.jsonl.Write(append(b, '\n'))
+	line := fmt.Sprintf("%s: %s", r.Tool, r.Status)
+	switch {
+	case r.Status == statusOK && strings.HasPrefix(r.Scenario, scRSS):
+		line = fmt.Sprintf("%s: peak RSS %.0f MiB (%s)", r.Tool, float64(r.RSS)/(1<<20), strings.TrimPrefix(r.Scenario, scRSS+": "))
+	case r.Status == statusOK:
+		line = fmt.Sprintf("%s: %.3f s", r.Tool, r.Seconds)
+		if r.Reads > 0 {
+			line += fmt.Sprintf(", p50 %.1f ms, p99 %.1f ms", r.P50*1e3, r.P99*1e3)
+		}
+		if r.Payload > 0 && r.Seconds > 0 {
+			line += fmt.Sprintf(", %.0f MB/s", float64(r.Payload)/r.Seconds/1e6)
+		}
+		if r.RSS > 0 {
+			line += fmt.Sprintf(", peak RSS %.0f MiB", float64(r.RSS)/(1<<20))
+		}
+	}
+	if r.Fetched >= 0 {
+		line += fmt.Sprintf(" (fetched %s, %d req)", fmtBytes(r.Fetched), r.Requests)
+	}
+	if r.Note != "" {
+		line += ": " + r.Note
+	}
+	info("%s", line)
+}
+
+func run(ctx context.Context, c *config) error {
+	for _, d := range []*string{&c.scratch, &c.out} {
+		if err := os.MkdirAll(*d, 0o755); err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(*d)
+		if err != nil {
+			return err
+		}
+		*d = abs
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil && !c.datasetsOnly {
+		return errors.New("/dev/fuse is missing: FUSE mounts are impossible here")
+	}
+	// Datasets first: they are kept, so an interrupted run keeps them.
+	var sets []*dataset
+	codecsOf := map[string][]string{}
+	for _, kind := range c.datasets {
+		codecs := c.codecs
+		if len(codecs) == 0 {
+			codecs = defaultCodecs[kind]
+		}
+		need := slices.Clone(codecs)
+		if kind == "go" && c.scenarios["6"] {
+			for _, k := range c.goBuildCodecs {
+				if !slices.Contains(need, k) {
+					need = append(need, k)
+				}
+			}
+		}
+		d, err := makeDataset(ctx, c, kind, need)
+		if err != nil {
+			return fmt.Errorf("dataset %s: %w", kind, err)
+		}
+		sets = append(sets, d)
+		codecsOf[d.name] = codecs
+		info("%s: %s tar, %d entries (%d files, %d dirs, %d symlinks); largest %s (%s)", d.name,
+			fmtBytes(d.facts.TarBytes), d.facts.Entries, d.facts.Files, d.facts.Dirs, d.facts.Symlinks,
+			d.facts.Largest.Path, fmtBytes(d.facts.Largest.Size))
+	}
+	if c.datasetsOnly {
+		return nil
+	}
+	work, err := os.MkdirTemp(c.scratch, "run.")
+	if err != nil {
+		return err
+	}
+	s := &suite{c: c, work: work, servers: map[string]*server{}, env: os.Environ()}
+	defer func() {
+		if c.keep {
+			info("work files kept in %s", work)
+			return
+		}
+		for m := range registry.mounts {
+			if isMounted(m) {
+				warnf("%s is still mounted; leaving %s in place", m, work)
+				return
+			}
+		}
+		os.RemoveAll(work)
+	}()
+	s.jsonl, err = os.Create(filepath.Join(c.out, "runs.jsonl"))
+	if err != nil {
+		return err
+	}
+	defer s.jsonl.Close()
+	for _, p := range c.profiles {
+		srv, err := startServer(p, filepath.Join(c.scratch, "data"))
+		if err != nil {
+			return err
+		}
+		defer srv.close()
+		s.servers[p] = srv
+		info("profile %s: %s", p, srv.base)
+	}
+	if c.ratarmount == "" {
+		s.note("ratarmount: %s; its rows say n/a", c.ratarNote)
+	}
+	load0 := loadavg()
+	t0 := time.Now()
+	for _, d := range sets {
+		codecs := codecsOf[d.name]
+		build := d.kind == "go" && c.scenarios["6"]
+		for _, k := range allCodecs {
+			main := slices.Contains(codecs, k)
+			onlyBuild := build && slices.Contains(c.goBuildCodecs, k)
+			for i, p := range c.profiles {
+				// Scenario 6 runs on the first profile only.
+				goBuild := onlyBuild && i == 0
+				if main || goBuild {
+					if err := s.combo(ctx, d, k, s.servers[p], main, goBuild); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	meta := s.meta(sets, load0, time.Since(t0))
+	return render(c, filepath.Join(c.out, "runs.jsonl"), meta, s.notes)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func (s *suite) meta(sets []*dataset, load0 string, took time.Duration) [][2]string {
+	c := s.c
+	var m [][2]string
+	add := func(k, v string) { m = append(m, [2]string{k, v}) }
+	add("date", time.Now().UTC().Format(time.RFC3339))
+	cpu := "?"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	add("machine", fmt.Sprintf("%d cores, %s", runtime.NumCPU(), cpu))
+	add("load average (1, 5, 15 min)", fmt.Sprintf("%s at the start, %s at the end", load0, loadavg()))
+	add("runs", fmt.Sprintf("%d per tool and scenario, tool order reversed on even runs; %s of measuring", c.runs, took.Round(time.Second)))
+	for _, d := range sets {
+		var objs []string
+		for _, k := range allCodecs {
+			if st, err := os.Stat(filepath.Join(d.dir, d.object(k))); err == nil {
+				objs = append(objs, fmt.Sprintf("%s %s", k, fmtBytes(st.Size())))
+			}
+		}
+		add("dataset "+d.name, fmt.Sprintf("%d entries (%d files, %d dirs), tar %s; %s; largest member %s (%s); %d small reads (< 64 KiB, seed %d)",
+			d.facts.Entries, d.facts.Files, d.facts.Dirs, fmtBytes(d.facts.TarBytes), strings.Join(objs, ", "),
+			d.facts.Largest.Path, fmtBytes(d.facts.Largest.Size), len(d.facts.Reads), c.seed))
+	}
+	add("profiles", "objstore = 20 ms before each response, 80 MB/s per connection; unshaped = no delay or cap; both on 127.0.0.1")
+	for _, e := range c.metaExtra {
+		if k, v, ok := strings.Cut(e, "="); ok {
+			add(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
+	}
+	return m
+}
+
+// render writes summary.json and suite.md from the runs, and prints the
+// markdown.
+func render(c *config, runsPath string, meta [][2]string, notes []string) error {
+	rs, err := readResults(runsPath)
+	if err != nil {
+		return err
+	}
+	if meta == nil {
+		// Rendering again: keep what the last summary said.
+		if b, err := os.ReadFile(filepath.Join(c.out, "summary.json")); err == nil {
+			var old Summary
+			if json.Unmarshal(b, &old) == nil {
+				meta, notes = old.Meta, old.Notes
+			}
+		}
+	}
+	notes = append(slices.Clone(notes), standingNotes...)
+	notes = slices.Compact(notes)
+	sum := summarize(rs, meta, notes)
+	if err := os.MkdirAll(c.out, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(jsonSafe(sum), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.out, "summary.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(c.out, "suite.md"))
+	if err != nil {
+		return err
+	}
+	if err := writeMarkdown(f, sum); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return writeMarkdown(os.Stdout, sum)
+}
+
+// jsonSafe returns a copy of s with the NaN of rows without an ok run
+// (JSON has no NaN) set to 0; "ok": 0 says there is no value.
+func jsonSafe(s Summary) Summary {
+	s.Groups = slices.Clone(s.Groups)
+	for i := range s.Groups {
+		g := &s.Groups[i]
+		g.Rows = slices.Clone(g.Rows)
+		for j := range g.Rows {
+			r := &g.Rows[j]
+			for _, f := range []*float64{&r.Median, &r.Min, &r.Max, &r.Seconds, &r.MBps, &r.P50, &r.P99, &r.Ratio} {
+				if math.IsNaN(*f) || math.IsInf(*f, 0) {
+					*f = 0
+				}
+			}
+		}
+	}
+	return s
+}
+
+// standingNotes explain how the suite measures; every report carries them.
+var standingNotes = []string{
+	"Times are medians over the ok runs (min–max beside); a run whose check failed (content, file count, exit status) is counted as failed, never as a time. \"fetched\" and \"requests\" are what the server counted during the timed step (median).",
+	"Mount-ready is process start until stat of a known file in the mount answers (polled every 2 ms). Cold: an empty cache or index folder; warm: the index saved by an untimed first pass (`tarmount index`, a first ratarmount mount). tarmount always runs with --cache-disk 0.",
+	"\"vs best peer\" is the row's median over the best peer's in its group (for MB/s: the peer's rate over the row's), so below 1 is better than every peer.",
+	"The CLI-decode reference (`curl URL | DECODER | wc -c`) of scenario 1 also serves as scenario 4's reference, from the same run; its MB/s counts the whole tar stream.",
+	"Scenario 3 reads each chosen file once with one read of the whole file, on a fresh mount with the saved index, in a fixed random order; p50/p99 are per file, and \"fetched\" covers all the reads.",
+	"Extraction runs `sync` (untimed) before each run and writes to the scratch filesystem; the check is the count of regular files. --materialize runs with the saved index, from process start until its log says msg=materialized.",
+	"Scenario 6 runs `GOROOT=R R/bin/go version` and `go build` of a hello-world module (GOCACHE fresh each run, CGO_ENABLED=0, GOTOOLCHAIN=local); the local tree is `tar -x` of the same archive, warm in the page cache.",
+	"A single-frame .tar.zst cannot be entered in the middle: tarmount's first pass decodes it to its cache dir, so warm mounts serve reads from that local copy (fetched 0).",
+	"Peak RSS is VmHWM of the mount process (tarmount, or ratarmount's python), read just before it is stopped.",
+}

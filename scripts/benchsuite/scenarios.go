@@ -1,0 +1,726 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Tool names of the rows.
+const (
+	toolTM        = "tarmount"
+	toolRA        = "ratarmount"
+	toolTMCold    = "tarmount extract (no index)"
+	toolTMIndex   = "tarmount extract (saved index)"
+	toolTMMat     = "tarmount --materialize (saved index)"
+	toolCurlPigz  = "curl | pigz -d | tar -x"
+	toolCurlRapid = "curl | rapidgzip -d | tar -x"
+	toolAria      = "aria2c -x8 -s8, then tar -x"
+	toolTMLazy    = "tarmount (lazy, saved index)"
+	toolTMDone    = "tarmount (materialized)"
+	toolLocal     = "local disk (tar -x)"
+)
+
+// combo is one dataset in one codec served with one profile.
+type combo struct {
+	d       *dataset
+	codec   string
+	srv     *server
+	url     string
+	tmIdx   string // cache dir holding tarmount's saved index
+	raIdx   string // index folder holding ratarmount's saved index
+	tmNote  string // why tarmount's saved index is missing
+	raNote  string // why ratarmount cannot run this combo
+	refDone map[int]bool
+}
+
+func (s *suite) result(cb *combo, sc, tool string, run int) Result {
+	return Result{Scenario: sc, Dataset: cb.d.name, Codec: cb.codec, Profile: cb.srv.name, Tool: tool, Run: run,
+		Fetched: -1, Requests: -1}
+}
+
+// fail records a failed run and logs it.
+func (s *suite) fail(r Result, format string, args ...any) {
+	r.Status = statusFail
+	r.Seconds = 0
+	r.Note = strings.TrimSuffix(strings.TrimSpace(fmt.Sprintf(format, args...)), ":")
+	s.record(r)
+}
+
+// na records that a tool cannot run a scenario.
+func (s *suite) na(cb *combo, sc, tool, note string) {
+	r := s.result(cb, sc, tool, 0)
+	r.Status = statusNA
+	r.Note = note
+	s.record(r)
+}
+
+// inOrder returns the tools, reversed on even runs.
+func inOrder(run int, tools ...string) []string {
+	if run%2 == 0 {
+		slices.Reverse(tools)
+	}
+	return tools
+}
+
+// measured sets the server counts of a step on r.
+func measured(r *Result, c0, c1 counters) {
+	r.Fetched, r.Requests = c1.bytes-c0.bytes, c1.requests-c0.requests
+}
+
+// startMount starts TOOL on the combo's URL at mnt with cache as its
+// cache dir (tarmount) or index folder (ratarmount).
+func (s *suite) startMount(cb *combo, tool, mnt, cache, log string, extra ...string) (*proc, error) {
+	if err := useMountpoint(mnt); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, err
+	}
+	var argv []string
+	switch tool {
+	case toolTM:
+		argv = append([]string{s.c.tarmount, cb.url, mnt, "--cache-dir", cache, "--cache-disk", "0"}, extra...)
+	case toolRA:
+		argv = []string{s.c.ratarmount, "-f", "--index-folders", cache, cb.url, mnt}
+	default:
+		return nil, fmt.Errorf("no mount tool %q", tool)
+	}
+	return startProc(argv, s.env, log)
+}
+
+func (s *suite) logPath(cb *combo, what string, run int) string {
+	dir := filepath.Join(s.work, "logs")
+	os.MkdirAll(dir, 0o755)
+	what = strings.NewReplacer(" ", "_", "/", "_", "|", "_").Replace(what)
+	return filepath.Join(dir, fmt.Sprintf("%s.%s.%s.%s.%d.log", cb.d.name, cb.codec, cb.srv.name, what, run))
+}
+
+// checkMember reads path whole and compares it with m.
+func checkMember(path string, m Member) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.CopyBuffer(h, f, make([]byte, 1<<20))
+	if err != nil {
+		return err
+	}
+	if n != m.Size || h.Sum32() != m.CRC {
+		return fmt.Errorf("%s: %d bytes, crc %08x; want %d bytes, crc %08x", m.Path, n, h.Sum32(), m.Size, m.CRC)
+	}
+	return nil
+}
+
+// countFiles counts the regular files below dir (tarmount's own state
+// directory aside).
+func countFiles(dir string) (int, error) {
+	n := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".tarmount-partial" {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// decoder is the fastest CLI that decodes the codec from stdin to stdout.
+func decoder(codec string) (label, cmd string) {
+	switch codec {
+	case "gz":
+		return "pigz -d", "pigz -dc"
+	case "zst", "seekable":
+		return "zstd -d", "zstd -dc"
+	case "lz4":
+		return "lz4 -d", "lz4 -dc"
+	}
+	return "cat", "cat"
+}
+
+// combo runs the scenarios of one dataset, codec and profile.
+func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server, main, goBuild bool) error {
+	cb := &combo{d: d, codec: codec, srv: srv, url: srv.base + "/" + d.object(codec), refDone: map[int]bool{}}
+	say("%s %s, profile %s: %s", d.name, codec, srv.name, cb.url)
+	if err := s.prepare(ctx, cb); err != nil {
+		return err
+	}
+	sc := s.c.scenarios
+	for run := 1; main && run <= s.c.runs; run++ {
+		if sc["1"] || sc["4"] {
+			say("%s %s %s, run %d/%d: cold mount-ready", d.name, codec, srv.name, run, s.c.runs)
+			for _, t := range inOrder(run, toolTM, toolRA, "reference") {
+				if err := s.coldMount(ctx, cb, run, t); err != nil {
+					return err
+				}
+			}
+		}
+		if sc["2"] || sc["3"] || sc["4"] {
+			say("%s %s %s, run %d/%d: warm mount, random reads, sequential read", d.name, codec, srv.name, run, s.c.runs)
+			for _, t := range inOrder(run, toolTM, toolRA) {
+				if err := s.warmMount(ctx, cb, run, t); err != nil {
+					return err
+				}
+			}
+		}
+		if sc["5"] {
+			say("%s %s %s, run %d/%d: extraction", d.name, codec, srv.name, run, s.c.runs)
+			if err := s.extract(ctx, cb, run); err != nil {
+				return err
+			}
+		}
+	}
+	if goBuild {
+		return s.goBuild(ctx, cb)
+	}
+	return nil
+}
+
+// prepare saves tarmount's and ratarmount's indexes (untimed).
+func (s *suite) prepare(ctx context.Context, cb *combo) error {
+	tag := fmt.Sprintf("%s-%s-%s", cb.d.name, cb.codec, cb.srv.name)
+	cb.tmIdx = filepath.Join(s.work, "idx", "tm-"+tag)
+	cb.raIdx = filepath.Join(s.work, "idx", "ra-"+tag)
+	info("saving tarmount's index (tarmount index URL --cache-dir D)")
+	if msg, err := runCmd(ctx, s.c.indexTimeout, s.env, "", s.c.tarmount, "index", cb.url, "--cache-dir", cb.tmIdx,
+		"--cache-disk", "0"); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cb.tmNote = fmt.Sprintf("tarmount index failed: %v: %s", err, lastLine(msg))
+		warnf("%s", cb.tmNote)
+	}
+	if s.c.ratarmount == "" {
+		cb.raNote = "ratarmount " + s.c.ratarNote
+		return nil
+	}
+	info("saving ratarmount's index (a first mount with --index-folders D)")
+	mnt := filepath.Join(s.work, "mnt-ratarmount")
+	p, err := s.startMount(cb, toolRA, mnt, cb.raIdx, s.logPath(cb, "ratarmount-index", 0))
+	if err != nil {
+		return err
+	}
+	_, err = waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.indexTimeout)
+	stopMount(p, mnt)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		cb.raNote = fmt.Sprintf("ratarmount could not mount %s: %v", cb.d.object(cb.codec), err)
+		warnf("%s", cb.raNote)
+		s.note("%s", cb.raNote)
+	}
+	return nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// coldMount is scenario 1 for one tool (and the CLI-decode reference that
+// scenario 4 compares with).
+func (s *suite) coldMount(ctx context.Context, cb *combo, run int, tool string) error {
+	sc := s.c.scenarios
+	if tool == "reference" {
+		return s.reference(ctx, cb, run)
+	}
+	if !sc["1"] {
+		return nil
+	}
+	r := s.result(cb, scColdMount, tool, run)
+	if tool == toolRA && cb.raNote != "" {
+		if run == 1 {
+			s.na(cb, scColdMount, tool, cb.raNote)
+		}
+		return nil
+	}
+	cache := filepath.Join(s.work, "cold-cache")
+	os.RemoveAll(cache)
+	defer os.RemoveAll(cache)
+	mnt := filepath.Join(s.work, "mnt-"+tool)
+	c0 := cb.srv.counters()
+	t0 := time.Now()
+	p, err := s.startMount(cb, tool, mnt, cache, s.logPath(cb, tool+"-cold", run))
+	if err != nil {
+		return err
+	}
+	ready, err := waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.indexTimeout)
+	c1 := cb.srv.counters()
+	if err != nil {
+		stopMount(p, mnt)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.fail(r, "mount did not answer: %v", err)
+		return nil
+	}
+	r.Seconds = ready.Sub(t0).Seconds()
+	measured(&r, c0, c1)
+	r.Payload = cb.d.facts.TarBytes
+	checkErr := checkMember(filepath.Join(mnt, cb.d.facts.Probe.Path), cb.d.facts.Probe)
+	r.RSS = vmHWM(p.pid())
+	stopMount(p, mnt)
+	if checkErr != nil {
+		s.fail(r, "content check: %v", checkErr)
+		return nil
+	}
+	r.Status = statusOK
+	s.record(r)
+	s.recordRSS(cb, "cold mount", tool, run, r.RSS)
+	return nil
+}
+
+func (s *suite) recordRSS(cb *combo, phase, tool string, run int, rss int64) {
+	if rss <= 0 {
+		return
+	}
+	r := s.result(cb, scRSS+": "+phase, tool, run)
+	r.Status, r.RSS = statusOK, rss
+	s.record(r)
+}
+
+// reference decodes the whole object with the codec's CLI, for scenarios 1
+// and 4.
+func (s *suite) reference(ctx context.Context, cb *combo, run int) error {
+	label, cmd := decoder(cb.codec)
+	tool := "curl | " + label
+	c0 := cb.srv.counters()
+	t0 := time.Now()
+	out, err := runCmd(ctx, s.c.stepTimeout, s.env, "", "bash", "-o", "pipefail", "-c",
+		`curl -sSf "$1" | `+cmd+` | wc -c`, "_", cb.url)
+	secs := time.Since(t0).Seconds()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var rs []Result
+	if s.c.scenarios["1"] {
+		rs = append(rs, s.result(cb, scColdMount, tool, run))
+	}
+	if s.c.scenarios["4"] && cb.d.facts.Largest.Size >= 1<<20 {
+		rs = append(rs, s.result(cb, scSeq, tool, run))
+	}
+	for _, r := range rs {
+		measured(&r, c0, cb.srv.counters())
+		r.Payload = cb.d.facts.TarBytes
+		switch n, _ := strconv.ParseInt(lastLine(out), 10, 64); {
+		case err != nil:
+			s.fail(r, "%v: %s", err, lastLine(out))
+		case n != cb.d.facts.TarBytes:
+			s.fail(r, "decoded %d bytes, want %d", n, cb.d.facts.TarBytes)
+		default:
+			r.Status, r.Seconds = statusOK, secs
+			s.record(r)
+		}
+	}
+	return nil
+}
+
+// warmMount is scenarios 2, 3 and 4 on one fresh mount with the saved
+// index: mount-ready, the random small reads, the sequential read.
+func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) error {
+	sc := s.c.scenarios
+	f := cb.d.facts
+	doReads := sc["3"] && len(f.Reads) > 0
+	doSeq := sc["4"] && f.Largest.Size >= 1<<20
+	var scs []string
+	if sc["2"] {
+		scs = append(scs, scWarmMount)
+	}
+	if doReads {
+		scs = append(scs, scRandom)
+	}
+	if doSeq {
+		scs = append(scs, scSeq)
+	}
+	if len(scs) == 0 {
+		return nil
+	}
+	note := cb.tmNote
+	cache := cb.tmIdx
+	if tool == toolRA {
+		note, cache = cb.raNote, cb.raIdx
+		if note != "" {
+			if run == 1 {
+				for _, x := range scs {
+					s.na(cb, x, tool, note)
+				}
+			}
+			return nil
+		}
+	}
+	if note != "" {
+		for _, x := range scs {
+			s.fail(s.result(cb, x, tool, run), "%s", note)
+		}
+		return nil
+	}
+	mnt := filepath.Join(s.work, "mnt-"+tool)
+	c0 := cb.srv.counters()
+	t0 := time.Now()
+	p, err := s.startMount(cb, tool, mnt, cache, s.logPath(cb, tool+"-warm", run))
+	if err != nil {
+		return err
+	}
+	defer stopMount(p, mnt)
+	ready, err := waitPath(ctx, p, mnt, filepath.Join(mnt, f.Probe.Path), s.c.mountTimeout)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		for _, x := range scs {
+			s.fail(s.result(cb, x, tool, run), "mount did not answer: %v", err)
+		}
+		return nil
+	}
+	if sc["2"] {
+		r := s.result(cb, scWarmMount, tool, run)
+		measured(&r, c0, cb.srv.counters())
+		r.Status, r.Seconds = statusOK, ready.Sub(t0).Seconds()
+		s.record(r)
+	}
+	if doReads {
+		r := s.result(cb, scRandom, tool, run)
+		var lat []float64
+		var bad error
+		c1 := cb.srv.counters()
+		t1 := time.Now()
+		for _, m := range f.Reads {
+			t := time.Now()
+			b, err := os.ReadFile(filepath.Join(mnt, m.Path))
+			lat = append(lat, time.Since(t).Seconds())
+			if err == nil && (int64(len(b)) != m.Size || crc32.Checksum(b, castagnoli) != m.CRC) {
+				err = fmt.Errorf("%s: content differs from the archive", m.Path)
+			}
+			if err != nil && bad == nil {
+				bad = err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		r.Seconds = time.Since(t1).Seconds()
+		measured(&r, c1, cb.srv.counters())
+		r.Reads, r.P50, r.P99 = len(lat), percentile(lat, 50), percentile(lat, 99)
+		if bad != nil {
+			s.fail(r, "%v", bad)
+		} else {
+			r.Status = statusOK
+			s.record(r)
+		}
+	}
+	if doSeq {
+		r := s.result(cb, scSeq, tool, run)
+		c1 := cb.srv.counters()
+		t1 := time.Now()
+		err := checkMember(filepath.Join(mnt, f.Largest.Path), f.Largest)
+		r.Seconds = time.Since(t1).Seconds()
+		measured(&r, c1, cb.srv.counters())
+		r.Payload = f.Largest.Size
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.fail(r, "%v", err)
+		} else {
+			r.Status = statusOK
+			s.record(r)
+		}
+	}
+	s.recordRSS(cb, "warm mount + reads", tool, run, vmHWM(p.pid()))
+	return nil
+}
+
+// extractTools are the tools of scenario 5 for a codec.
+func (s *suite) extractTools(codec string) []string {
+	tools := []string{toolTMCold, toolTMIndex, toolTMMat, curlTar(codec)}
+	if codec == "gz" {
+		tools = append(tools, toolCurlPigz, toolCurlRapid)
+	}
+	return append(tools, toolAria)
+}
+
+func curlTar(codec string) string {
+	switch codec {
+	case "gz":
+		return "curl | tar -xz"
+	case "zst", "seekable":
+		return "curl | tar --zstd -x"
+	case "lz4":
+		return "curl | lz4 -dc | tar -x"
+	}
+	return "curl | tar -x"
+}
+
+// extract is scenario 5: one run of every tool, in alternating order.
+func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
+	_, dec := decoder(cb.codec)
+	tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd", "lz4": "", "tar": ""}[cb.codec]
+	parent := filepath.Join(s.work, "x")
+	dest := filepath.Join(parent, "dest")
+	dl := filepath.Join(parent, "dl")
+	for _, tool := range inOrder(run, s.extractTools(cb.codec)...) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r := s.result(cb, scExtract, tool, run)
+		r.Payload = cb.d.facts.TarBytes
+		var argv []string
+		sh := func(script string) []string {
+			return []string{"bash", "-o", "pipefail", "-c", script, "_", cb.url, dest, dl, s.c.rapidgzip}
+		}
+		switch tool {
+		case toolTMCold:
+			cold := filepath.Join(s.work, "cold-cache")
+			os.RemoveAll(cold)
+			defer os.RemoveAll(cold)
+			argv = []string{s.c.tarmount, "extract", cb.url, dest, "--cache-dir", cold, "--cache-disk", "0", "--quiet"}
+		case toolTMIndex:
+			argv = []string{s.c.tarmount, "extract", cb.url, dest, "--cache-dir", cb.tmIdx, "--cache-disk", "0", "--quiet"}
+		case toolTMMat:
+		case curlTar(cb.codec):
+			if cb.codec == "lz4" {
+				argv = sh(`curl -sSf "$1" | lz4 -dc | tar -x -C "$2"`)
+			} else {
+				argv = sh(`curl -sSf "$1" | tar -x ` + tarFlag + ` -C "$2"`)
+			}
+		case toolCurlPigz:
+			argv = sh(`curl -sSf "$1" | pigz -dc | tar -x -C "$2"`)
+		case toolCurlRapid:
+			if s.c.rapidgzip == "" {
+				if run == 1 {
+					s.na(cb, scExtract, tool, "rapidgzip is not installed (it comes with ratarmount)")
+				}
+				continue
+			}
+			argv = sh(`curl -sSf "$1" | "$4" -d -c | tar -x -C "$2"`)
+		case toolAria:
+			if _, err := exec.LookPath("aria2c"); err != nil {
+				if run == 1 {
+					s.na(cb, scExtract, tool, "aria2c is not installed")
+				}
+				continue
+			}
+			argv = sh(`aria2c -q -x8 -s8 -k1M --allow-overwrite=true --auto-file-renaming=false -d "$3" -o obj "$1" && ` +
+				dec + ` < "$3/obj" | tar -x -C "$2"`)
+		}
+		if (tool == toolTMIndex || tool == toolTMMat) && cb.tmNote != "" {
+			s.fail(r, "%s", cb.tmNote)
+			continue
+		}
+		// Untimed: a clean destination, and the previous run's writes on disk.
+		os.RemoveAll(parent)
+		if err := os.MkdirAll(dest, 0o755); err != nil {
+			return err
+		}
+		os.MkdirAll(dl, 0o755)
+		exec.CommandContext(ctx, "sync").Run()
+		c0 := cb.srv.counters()
+		t0 := time.Now()
+		var err error
+		var out string
+		if tool == toolTMMat {
+			err = s.materialize(ctx, cb, run, dest, &r)
+		} else {
+			out, err = runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
+		}
+		r.Seconds = time.Since(t0).Seconds()
+		measured(&r, c0, cb.srv.counters())
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			s.fail(r, "%v: %s", err, lastLine(out))
+			continue
+		}
+		n, err := countFiles(dest)
+		switch {
+		case err != nil:
+			s.fail(r, "count files: %v", err)
+		case n != cb.d.facts.Files:
+			s.fail(r, "%d files extracted, want %d", n, cb.d.facts.Files)
+		default:
+			r.Status = statusOK
+			s.record(r)
+		}
+	}
+	os.RemoveAll(parent)
+	return nil
+}
+
+// materialize runs `tarmount URL MNT --materialize DEST` with the saved
+// index until its log says msg=materialized; it sets r.Seconds and r.RSS.
+func (s *suite) materialize(ctx context.Context, cb *combo, run int, dest string, r *Result) error {
+	mnt := filepath.Join(s.work, "mnt-tarmount")
+	t0 := time.Now()
+	p, err := s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "materialize", run), "--materialize", dest)
+	if err != nil {
+		return err
+	}
+	done, err := waitLog(ctx, p, "msg=materialized", s.c.stepTimeout)
+	r.Seconds = done.Sub(t0).Seconds()
+	r.RSS = vmHWM(p.pid())
+	stopMount(p, mnt)
+	if err == nil {
+		s.recordRSS(cb, "materialize", toolTM, run, r.RSS)
+	}
+	return err
+}
+
+// goBuild is scenario 6: go version and go build with GOROOT inside a
+// lazy tarmount mount, a materialized one, ratarmount and a local tree.
+func (s *suite) goBuild(ctx context.Context, cb *combo) error {
+	if s.goLocal == "" {
+		s.goLocal = filepath.Join(s.work, "golocal")
+		os.MkdirAll(s.goLocal, 0o755)
+		if out, err := runCmd(ctx, s.c.stepTimeout, s.env, "", "tar", "-xf", cb.d.tarPath(), "-C", s.goLocal); err != nil {
+			return fmt.Errorf("extract the local go tree: %v: %s", err, out)
+		}
+	}
+	hello := filepath.Join(s.work, "hello")
+	os.MkdirAll(hello, 0o755)
+	os.WriteFile(filepath.Join(hello, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644)
+	os.WriteFile(filepath.Join(hello, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n"), 0o644)
+	for run := 1; run <= s.c.runs; run++ {
+		say("%s %s %s, run %d/%d: go version and go build with GOROOT inside", cb.d.name, cb.codec, cb.srv.name, run, s.c.runs)
+		for _, tool := range inOrder(run, toolTMLazy, toolTMDone, toolRA, toolLocal) {
+			if err := s.goBuildOne(ctx, cb, run, tool, hello); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello string) error {
+	rv := s.result(cb, scGoVersion, tool, run)
+	rb := s.result(cb, scGoBuild, tool, run)
+	failBoth := func(format string, args ...any) {
+		s.fail(rv, format, args...)
+		s.fail(rb, format, args...)
+	}
+	var p *proc
+	var mnt string
+	var err error
+	root := ""
+	switch tool {
+	case toolLocal:
+		root = filepath.Join(s.goLocal, cb.d.top)
+	case toolRA:
+		if cb.raNote != "" {
+			if run == 1 {
+				s.na(cb, scGoVersion, tool, cb.raNote)
+				s.na(cb, scGoBuild, tool, cb.raNote)
+			}
+			return nil
+		}
+		mnt = filepath.Join(s.work, "mnt-ratarmount")
+		if p, err = s.startMount(cb, toolRA, mnt, cb.raIdx, s.logPath(cb, "ratarmount-go", run)); err != nil {
+			return err
+		}
+		_, err = waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.mountTimeout)
+	default:
+		if cb.tmNote != "" {
+			failBoth("%s", cb.tmNote)
+			return nil
+		}
+		mnt = filepath.Join(s.work, "mnt-tarmount")
+		if tool == toolTMDone {
+			mat := filepath.Join(s.work, "mat", "go")
+			os.RemoveAll(filepath.Dir(mat))
+			os.MkdirAll(mat, 0o755)
+			defer os.RemoveAll(filepath.Dir(mat))
+			if p, err = s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "tarmount-go-mat", run), "--materialize", mat); err != nil {
+				return err
+			}
+			_, err = waitLog(ctx, p, "msg=materialized", s.c.stepTimeout)
+		} else {
+			if p, err = s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "tarmount-go", run)); err != nil {
+				return err
+			}
+			_, err = waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.mountTimeout)
+		}
+	}
+	if p != nil {
+		defer stopMount(p, mnt)
+		root = filepath.Join(mnt, cb.d.top)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		failBoth("mount did not answer: %v", err)
+		return nil
+	}
+	gocache := filepath.Join(s.work, "gocache")
+	gopath := filepath.Join(s.work, "gopath")
+	for _, d := range []string{gocache, gopath} {
+		os.RemoveAll(d)
+		os.MkdirAll(d, 0o755)
+	}
+	env := []string{"PATH=" + filepath.Join(root, "bin") + ":" + os.Getenv("PATH"), "HOME=" + s.work,
+		"GOROOT=" + root, "GOCACHE=" + gocache, "GOPATH=" + gopath, "GOTOOLCHAIN=local", "GOENV=off",
+		"GOTELEMETRY=off", "CGO_ENABLED=0", "GOFLAGS=", "LC_ALL=C"}
+	gobin := filepath.Join(root, "bin", "go")
+	t0 := time.Now()
+	out, err := runCmd(ctx, s.c.goBuildTimeout, env, hello, gobin, "version")
+	rv.Seconds = time.Since(t0).Seconds()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil || !strings.HasPrefix(out, "go version go") {
+		s.fail(rv, "go version: %v: %s", err, lastLine(out))
+	} else {
+		rv.Status = statusOK
+		s.record(rv)
+	}
+	bin := filepath.Join(s.work, "hello.out")
+	os.Remove(bin)
+	t0 = time.Now()
+	out, err = runCmd(ctx, s.c.goBuildTimeout, env, hello, gobin, "build", "-o", bin, ".")
+	rb.Seconds = time.Since(t0).Seconds()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil {
+		var got string
+		got, err = runCmd(ctx, time.Minute, env, hello, bin)
+		if err == nil && got != "hello" {
+			err = fmt.Errorf("the program printed %q", got)
+		}
+	}
+	if err != nil {
+		s.fail(rb, "go build: %v: %s", err, lastLine(out))
+	} else {
+		rb.Status = statusOK
+		s.record(rb)
+	}
+	if p != nil {
+		phase, name := "go build", toolRA
+		switch tool {
+		case toolTMLazy:
+			name = toolTM
+		case toolTMDone:
+			phase, name = "go build (materialized)", toolTM
+		}
+		s.recordRSS(cb, phase, name, run, vmHWM(p.pid()))
+	}
+	return nil
+}

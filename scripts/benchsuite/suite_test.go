@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestPercentile(t *testing.T) {
+	tests := []struct {
+		xs   []float64
+		p    float64
+		want float64
+	}{
+		{[]float64{3}, 50, 3},
+		{[]float64{3, 1, 2}, 50, 2},
+		{[]float64{1, 2, 3, 4}, 50, 2.5},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0, 1},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 100, 10},
+		{[]float64{10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, 90, 9.1},
+	}
+	for _, tt := range tests {
+		if got := percentile(tt.xs, tt.p); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("percentile(%v, %v) = %v, want %v", tt.xs, tt.p, got, tt.want)
+		}
+	}
+	if got := percentile(nil, 50); !math.IsNaN(got) {
+		t.Errorf("percentile(nil) = %v, want NaN", got)
+	}
+}
+
+func sum(write func(*bytes.Buffer) error, t *testing.T) [32]byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b.Bytes())
+}
+
+func TestDatasetsAreDeterministic(t *testing.T) {
+	tests := []struct {
+		name  string
+		write func(seed uint64) func(*bytes.Buffer) error
+	}{
+		{"small", func(seed uint64) func(*bytes.Buffer) error {
+			return func(b *bytes.Buffer) error { return writeSmall(b, 300, seed) }
+		}},
+		{"big", func(seed uint64) func(*bytes.Buffer) error {
+			return func(b *bytes.Buffer) error { return writeBig(b, 3<<20+17, seed) }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := sum(tt.write(1), t), sum(tt.write(1), t)
+			if a != b {
+				t.Errorf("same seed: got %x and %x, want equal", a, b)
+			}
+			if c := sum(tt.write(2), t); c == a {
+				t.Errorf("seeds 1 and 2 both gave %x, want different", a)
+			}
+		})
+	}
+}
+
+func TestSmallFacts(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeSmall(&b, 1000, 7); err != nil {
+		t.Fatal(err)
+	}
+	tarBytes := int64(b.Len())
+	f, err := scanFacts(&b, 100, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Files != 1000 || f.TarBytes != tarBytes || len(f.Reads) != 100 {
+		t.Errorf("got %d files, %d tar bytes, %d reads; want 1000, %d, 100", f.Files, f.TarBytes, len(f.Reads), tarBytes)
+	}
+	seen := map[string]bool{}
+	for _, m := range f.Reads {
+		if m.Size < 1<<10 || m.Size > 8<<10 || seen[m.Path] {
+			t.Errorf("read %s: size %d, seen before %v; want 1-8 KiB, once", m.Path, m.Size, seen[m.Path])
+		}
+		seen[m.Path] = true
+	}
+	if !strings.HasPrefix(f.Probe.Path, "small/d00/d00/") {
+		t.Errorf("probe %s, want the first file", f.Probe.Path)
+	}
+}
+
+func TestTextCompressesAbout3x(t *testing.T) {
+	p := make([]byte, 4<<20)
+	newTextGen(1).fill(p)
+	var z bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&z, 6)
+	w.Write(p)
+	w.Close()
+	r := float64(len(p)) / float64(z.Len())
+	t.Logf("gzip -6 ratio %.2f", r)
+	if r < 2.3 || r > 4 {
+		t.Errorf("gzip -6 ratio %.2f, want about 3", r)
+	}
+}
+
+func TestReport(t *testing.T) {
+	mk := func(sc, tool string, run int, secs float64) Result {
+		return Result{Scenario: sc, Dataset: "go", Codec: "gz", Profile: "objstore", Tool: tool, Run: run,
+			Status: statusOK, Seconds: secs, Fetched: 100, Requests: 1}
+	}
+	rs := []Result{
+		mk(scWarmMount, toolTM, 1, 0.04), mk(scWarmMount, toolTM, 2, 0.05), mk(scWarmMount, toolTM, 3, 0.03),
+		mk(scWarmMount, toolRA, 1, 1.2), mk(scWarmMount, toolRA, 2, 1.0),
+		{Scenario: scWarmMount, Dataset: "go", Codec: "gz", Profile: "objstore", Tool: toolRA, Run: 3, Status: statusFail, Note: "boom"},
+		mk(scColdMount, "curl | pigz -d", 1, 1.0), mk(scColdMount, toolTM, 1, 1.3),
+		{Scenario: scExtract, Dataset: "go", Codec: "gz", Profile: "objstore", Tool: toolAria, Status: statusNA, Note: "aria2c is not installed"},
+	}
+	s := summarize(rs, [][2]string{{"date", "today"}}, []string{"a note"})
+	if len(s.Groups) != 3 || s.Groups[0].Scenario != scColdMount || s.Groups[1].Scenario != scWarmMount {
+		t.Fatalf("groups %+v, want cold, warm, extraction", s.Groups)
+	}
+	warm := s.Groups[1]
+	tm, ra := warm.Rows[0], warm.Rows[1]
+	if tm.Median != 0.04 || tm.Min != 0.03 || tm.Max != 0.05 || tm.TargetMet == nil || !*tm.TargetMet {
+		t.Errorf("tarmount row %+v, want median 0.04, 0.03-0.05, target met", tm)
+	}
+	if ra.OK != 2 || ra.Failed != 1 || ra.Median != 1.1 {
+		t.Errorf("ratarmount row %+v, want 2 ok, 1 failed, median 1.1", ra)
+	}
+	if math.Abs(tm.Ratio-0.04/1.1) > 1e-9 {
+		t.Errorf("ratio %v, want %v", tm.Ratio, 0.04/1.1)
+	}
+	if c := s.Groups[0].Rows[1]; c.TargetMet == nil || *c.TargetMet {
+		t.Errorf("cold tarmount 1.3 s vs decode 1.0 s: target met %v, want false", c.TargetMet)
+	}
+	if _, err := json.Marshal(jsonSafe(s)); err != nil {
+		t.Errorf("summary JSON: %v", err)
+	}
+	var md bytes.Buffer
+	if err := writeMarkdown(&md, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| go | gz | objstore | tarmount | 0.04 s |",
+		"n/a: aria2c is not installed",
+		"(1/3 runs failed)",
+		"✅ < 0.1 s",
+		"❌ ≤ 1.2x CLI decode",
+		"- a note",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+func BenchmarkTextFill(b *testing.B) {
+	p := make([]byte, 1<<20)
+	g := newTextGen(1)
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		g.fill(p)
+	}
+}
