@@ -258,6 +258,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	defer a.Close(log)
 	fsOpts := tfs.Options{
 		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: c.allowOther, Debug: c.debugFUSE,
+		UID: c.uid, GID: c.gid,
 	}
 	var archive tfs.Archive = a.reader
 	var bg *background

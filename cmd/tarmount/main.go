@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -104,8 +105,22 @@ type config struct {
 	logFile    string
 	// metricsAddr is where a mount serves Prometheus metrics; "" = none.
 	metricsAddr string
-	// Mount options from -o.
+	// Mount options from -o (allowOther also from --allow-other).
 	allowOther, debugFUSE bool
+	// uid and gid, when set, own every entry of the mount.
+	uid, gid    *uint32
+	showVersion bool
+}
+
+// parseID parses a numeric user or group id into *dst.
+func parseID(s string, dst **uint32) error {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return fmt.Errorf("want a numeric id, got %q", s)
+	}
+	id := uint32(n)
+	*dst = &id
+	return nil
 }
 
 // headerFlag collects -H 'Name: value' flags.
@@ -166,8 +181,16 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	c.retry.register(fs)
 	c.mat.register(fs)
 	c.inspect.register(fs)
+	fs.BoolVar(&c.allowOther, "allow-other", false, "mount: let other users use the mount (same as -o allow_other; needs user_allow_other in /etc/fuse.conf for non-root)")
+	fs.Func("uid", "mount: report every entry as owned by this numeric `uid` (default: the owners in the archive)", func(s string) error {
+		return parseID(s, &c.uid)
+	})
+	fs.Func("gid", "mount: report every entry as owned by this numeric `gid` (default: the groups in the archive)", func(s string) error {
+		return parseID(s, &c.gid)
+	})
+	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
+		printHelp(stderr, strings.TrimPrefix(name, "tarmount "))
 		fs.PrintDefaults()
 	}
 	return fs
@@ -199,7 +222,7 @@ func run(args []string, stderr io.Writer) error {
 	cmd := "mount"
 	if len(args) > 0 {
 		switch args[0] {
-		case "index", "unmount", "umount", "mount", "pack", "extract", "ls", "stat", "cat", "get", "status":
+		case "index", "unmount", "umount", "mount", "pack", "extract", "ls", "stat", "cat", "get", "status", "version":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -207,6 +230,10 @@ func run(args []string, stderr io.Writer) error {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if c.showVersion || (cmd == "version") {
+		fmt.Fprintln(os.Stdout, version())
+		return nil
 	}
 	level := slog.LevelInfo
 	if c.verbose {
