@@ -2,7 +2,7 @@
 # The test command (README and .ci/run call exactly this):
 #   installs what is missing (scripts/deps.sh), detaches leftover test mounts,
 #   runs go vet and the whole test suite under the race detector, fuzzes the
-#   gzip and tar decoders and the zstd and lz4 frame walkers briefly, detaches leftovers again, and exits
+#   gzip and tar decoders and the zstd, lz4, bzip2 and xz walkers briefly, detaches leftovers again, and exits
 #   non-zero if anything failed.
 #
 # Test mounts are recognised by their filesystem type: tests mount with
@@ -73,9 +73,9 @@ if [[ $# -eq 0 && "$fuzztime" != "0" ]]; then
 	if [[ "$fuzztime" =~ ^([0-9]+)s$ ]]; then
 		walkertime="$(((${BASH_REMATCH[1]} + 1) / 2))s"
 	fi
-	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index; do
+	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index FuzzBzip2Blocks:./index FuzzXzBlocks:./index; do
 		t="$fuzztime"
-		[[ "${target%%:*}" == Fuzz*Frames ]] && t="$walkertime"
+		[[ "${target%%:*}" == Fuzz*Frames || "${target%%:*}" == Fuzz*Blocks ]] && t="$walkertime"
 		echo "test.sh: fuzzing ${target%%:*} for $t"
 		# Go's minimizer is quadratic on inputs of kilobytes: cap it, or a
 		# short run spends its time minimizing instead of fuzzing.
