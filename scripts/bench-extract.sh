@@ -16,8 +16,8 @@
 # (20 ms to first byte, 80 MB/s per connection).
 #
 # Every tool writes into a fresh directory on the same filesystem; `sync`
-# runs (untimed) before each timed run so that write-back of the previous
-# run does not slow the next. Tools alternate within each round; the
+# and a drop of the page cache run (untimed) before each timed run so that
+# the previous run does not slow the next. Tools alternate within each round; the
 # table gives the median of RUNS runs (and min-max). Rows of a codec that
 # tarmount reports unsupported are skipped for tarmount with a note; the
 # peers still run.
@@ -156,6 +156,15 @@ BASE="$(grep -o 'http://127.0.0.1:[0-9]*' "$WORK/server.log" | head -1)"
 # ------------------------------------------------------------------- runs
 now() { date +%s.%N; }
 
+# settle writes back what earlier runs left dirty and empties the page
+# cache (untimed), so that no run pays for the previous one: on this kind
+# of machine a full page cache makes file creation several times slower
+# (GNU tar -x of the Go tree: 2.0 s after a drop, 7-13 s without).
+settle() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+}
+
 # timed NAME DATASET CMD...: one timed run of CMD (after an untimed sync)
 # into a fresh $DEST; appends "dataset tool seconds" to $TSV.
 timed() {
@@ -163,7 +172,7 @@ timed() {
 	shift 2
 	rm -rf "$DEST" "$(dirname "$DEST")/.$(basename "$DEST").tarmount" "$WORK/dl"
 	mkdir -p "$DEST" "$WORK/dl"
-	sync
+	settle
 	local t0 t1
 	t0=$(now)
 	if ! "$@" >"$WORK/last.log" 2>&1; then

@@ -628,7 +628,7 @@ var standingNotes = []string{
 	"\"vs best peer\" is the row's median over the best peer's in its group (for MB/s: the peer's rate over the row's), so below 1 is better than every peer.",
 	"The CLI-decode reference (`curl URL | DECODER | wc -c`) of scenario 1 also serves as scenario 4's reference, from the same run; its MB/s counts the whole tar stream.",
 	"Scenario 3 reads each chosen file once with one read of the whole file, on a fresh mount with the saved index, in a fixed random order; p50/p99 are per file, and \"fetched\" covers all the reads.",
-	"Extraction runs `sync` (untimed) before each run and writes to the scratch filesystem; the check is the count of regular files. --materialize runs with the saved index, from process start until its log says msg=materialized.",
+	"Extraction runs `sync` and drops the page cache (untimed, as root) before each run and writes to the scratch filesystem; the check is the count of regular files. --materialize runs with the saved index, from process start until its log says msg=materialized.",
 	"Scenario 6 runs `GOROOT=R R/bin/go version` and `go build` of a hello-world module (GOCACHE fresh each run, CGO_ENABLED=0, GOTOOLCHAIN=local); the local tree is `tar -x` of the same archive, warm in the page cache.",
 	"A single-frame .tar.zst cannot be entered in the middle: tarmount's first pass decodes it to its cache dir, so warm mounts serve reads from that local copy (fetched 0).",
 	"Peak RSS is VmHWM of the mount process (tarmount, or ratarmount's python), read just before it is stopped.",
