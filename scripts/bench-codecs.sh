@@ -7,14 +7,15 @@
 #      object storage (httpserve -latency 20ms -rate 80MB): a fresh mount
 #      with the saved index, no disk cache, then one cat; the time of the
 #      cat and the bytes and requests the server counted for it.
-# Stream-only codecs (single-frame zstd, xz) read from their decoded
+# Stream-only codecs (single-frame zstd, single-block xz) read from their decoded
 # copy on disk, so their cold read fetches nothing: the cost is in the
 # index pass, which writes that copy.
 #
 # Dataset: the Go toolchain of this machine as a tar (made once in the
 # scratch dir), compressed with gzip -6, zstd -3 (one frame), pzstd -3
 # (frames), tarmount pack (seekable zstd with the index embedded), lz4
-# (CLI default), bzip2 -9 and xz -6 -T2.
+# (CLI default), bzip2 -9, pbzip2 -9 (a stream per 900 kB block), xz -6 -T2
+# (24 MiB blocks) and xz -6 -T2 --block-size=4MiB.
 #
 # Output: a markdown table on stdout and in $SCRATCH/bench-codecs.md; every
 # run in $SCRATCH/runs.tsv; progress on stderr.
@@ -23,7 +24,8 @@
 #   RUNS=5 bash scripts/bench-codecs.sh
 #
 # Environment: RUNS=3, SCRATCH=${TMPDIR:-/tmp}/tarmount-bench-codecs,
-# SMALL_FILE=go/src/net/http/server.go, CODECS="gz zst pzstd packed lz4 bz2 xz".
+# SMALL_FILE=go/src/net/http/server.go, CODECS="gz zst pzstd packed lz4 bz2 xz"
+# (also pbz2 and xz4m).
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -55,11 +57,12 @@ if [[ ! -s "$TAR" ]]; then
 fi
 TAR_BYTES=$(stat -c %s "$TAR")
 declare -A FILE=([gz]=go.tar.gz [zst]=go.tar.zst [pzstd]=go.pzstd.tar.zst [packed]=go.packed.tar.zst
-	[lz4]=go.tar.lz4 [bz2]=go.tar.bz2 [xz]=go.tar.xz)
+	[lz4]=go.tar.lz4 [bz2]=go.tar.bz2 [pbz2]=go.pbzip2.tar.bz2 [xz]=go.tar.xz [xz4m]=go.4m.tar.xz)
 declare -A MAKE=([gz]="gzip -6 -n -c" [zst]="zstd -3 -q -c" [pzstd]="pzstd -3 -p 2 -q -c"
-	[lz4]="lz4 -q -c" [bz2]="bzip2 -9 -c" [xz]="xz -6 -T2 -c")
+	[lz4]="lz4 -q -c" [bz2]="bzip2 -9 -c" [pbz2]="pbzip2 -p2 -9 -c" [xz]="xz -6 -T2 -c"
+	[xz4m]="xz -6 -T2 --block-size=4MiB -c")
 declare -A PEER=([gz]="gzip -d -c" [zst]="zstd -d -q -c" [pzstd]="zstd -d -q -c" [packed]="zstd -d -q -c"
-	[lz4]="lz4 -d -q -c" [bz2]="bzip2 -d -c" [xz]="xz -d -c")
+	[lz4]="lz4 -d -q -c" [bz2]="bzip2 -d -c" [pbz2]="bzip2 -d -c" [xz]="xz -d -c" [xz4m]="xz -d -c")
 for c in $CODECS; do
 	f="$SCRATCH/srv/${FILE[$c]}"
 	[[ -s "$f" ]] && continue
