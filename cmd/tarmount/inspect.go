@@ -238,7 +238,10 @@ func walk(ix *index.Index, p string, dir index.EntryID, fn func(p string, id ind
 		return err
 	}
 	for _, d := range ix.Children(dir) {
-		cp := path.Join(p, d.Name)
+		cp := d.Name // names in the index are single clean components
+		if p != "" {
+			cp = p + "/" + d.Name
+		}
 		if ix.Entry(d.ID).Type == index.TypeDir && ix.Path(d.ID) == cp {
 			if err := walk(ix, cp, d.ID, fn); err != nil {
 				return err
@@ -321,20 +324,22 @@ func lsArchive(ctx context.Context, a *archive, paths []string, c *config, stdou
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+			if !c.inspect.json && !c.inspect.long {
+				// Names only: no need to describe the entry.
+				w.WriteString(p)
+				if a.ix.Entry(id).Type == index.TypeDir {
+					w.WriteByte('/')
+				}
+				return w.WriteByte('\n')
+			}
 			j := describeEntry(a.ix, p, id)
 			switch {
 			case c.inspect.json:
 				buf = j.appendJSON(buf[:0])
 				_, err := w.Write(buf)
 				return err
-			case c.inspect.long:
-				_, err := fmt.Fprintln(w, longLine(j))
-				return err
 			default:
-				if j.Type == "dir" {
-					p += "/"
-				}
-				_, err := fmt.Fprintln(w, p)
+				_, err := fmt.Fprintln(w, longLine(j))
 				return err
 			}
 		})
