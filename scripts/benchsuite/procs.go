@@ -75,35 +75,23 @@ func (p *proc) exited() bool {
 }
 
 // stop sends SIGTERM to the process group, then SIGKILL after grace.
-func (p *proc) stop(grace time.Duration) {
-	defer func() {
-		registry.mu.Lock()
-		delete(registry.live, p.pid())
-		registry.mu.Unlock()
-	}()
-	if p.exited() {
-		return
-	}
-	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return
-	case <-time.After(grace):
-	}
-	warnf("process %d (%s) did not exit %s after SIGTERM; killing it", p.pid(), p.cmd.Path, grace)
-	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		warnf("process %d survived SIGKILL", p.pid())
-	}
-}
+func (p *proc) stop(grace time.Duration) { p.terminate(grace, nil) }
 
 // stopMount stops a mount process (tarmount and ratarmount unmount on
 // SIGTERM); if it lingers, the mount is detached before SIGKILL. mnt is
 // never left mounted.
 func stopMount(p *proc, mnt string) {
 	defer detach(mnt)
+	p.terminate(15*time.Second, func() {
+		warnf("mount process %d did not exit 15 s after SIGTERM; detaching %s", p.pid(), mnt)
+		detach(mnt)
+	})
+}
+
+// terminate sends SIGTERM to the process group and waits grace for it to
+// exit; then it calls lingering (if set) and waits 5 s more, then sends
+// SIGKILL. The process leaves the registry either way.
+func (p *proc) terminate(grace time.Duration, lingering func()) {
 	defer func() {
 		registry.mu.Lock()
 		delete(registry.live, p.pid())
@@ -112,21 +100,29 @@ func stopMount(p *proc, mnt string) {
 	if p.exited() {
 		return
 	}
+	wait := func(d time.Duration) bool {
+		select {
+		case <-p.done:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
 	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
-	select {
-	case <-p.done:
+	if wait(grace) {
 		return
-	case <-time.After(15 * time.Second):
 	}
-	warnf("mount process %d did not exit 15 s after SIGTERM; detaching %s", p.pid(), mnt)
-	detach(mnt)
-	select {
-	case <-p.done:
-		return
-	case <-time.After(5 * time.Second):
+	if lingering != nil {
+		lingering()
+		if wait(5 * time.Second) {
+			return
+		}
 	}
+	warnf("process %d (%s) did not exit after SIGTERM; killing it", p.pid(), p.cmd.Path)
 	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-	<-p.done
+	if !wait(5 * time.Second) {
+		warnf("process %d survived SIGKILL", p.pid())
+	}
 }
 
 // lastLine returns the last non-empty line of the process's log.
