@@ -16,12 +16,14 @@
 //	Open(DIR)        check DIR is empty or ours; marker, journal, tmp dir
 //	Stage(h, data)   optional, during a one-pass index build: member data
 //	   |             copied to the writer pool, written to DIR/.tarmount-partial/tmp
-//	Run(ix, spans)   mkdir the tree; specials and links; every regular file
-//	   |             not in the journal: staged -> renamed into place, else
-//	   |             its span pieces decoded (Decoders at once, in archive
-//	   |             order, waiting at the Gate while foreground reads run)
-//	   |             -> pwrite by Writers -> owner, mode, xattrs, times ->
-//	   |             rename into place -> hard links -> journal
+//	Run(ix, spans)   mkdir the tree (while the first spans decode);
+//	   |             specials and links; every regular file not in the
+//	   |             journal: staged -> linked into place, else its span
+//	   |             pieces decoded (Decoders at once, in archive order,
+//	   |             waiting at the Gate while foreground reads run) ->
+//	   |             pwrite by Writers into an unnamed file (O_TMPFILE) in
+//	   |             its directory -> owner, mode, xattrs, times -> linked
+//	   |             under its name -> hard links -> journal
 //	   v
 //	directory metadata, syncfs, marker "complete"
 package materialize
@@ -125,20 +127,23 @@ type Spans interface {
 // safe for concurrent use at any time.
 type Job struct {
 	// set once, by Open
-	dir      string
-	key      string
-	opts     Options
-	log      *slog.Logger
-	prog     *Progress
-	meta     metaOpts
-	complete bool // DIR was complete at Open
-	resume   []index.EntryID
-	root     *os.Root // DIR, for OpenLocal
-	rootFd   int
-	stateFd  int // DIR/.tarmount-partial, -1 when complete
-	tmpFd    int // its tmp/
-	// stageDirs are tmp/bXX: Stage spreads files over them, since
-	// creates and unlinks in one directory serialize on its lock.
+	dir        string
+	key        string
+	opts       Options
+	log        *slog.Logger
+	prog       *Progress
+	meta       metaOpts
+	complete   bool // DIR was complete at Open
+	resume     []index.EntryID
+	root       *os.Root // DIR, for OpenLocal
+	rootFd     int
+	rootPlain  bool // plainDir(rootFd)
+	stagePlain bool // every stage directory was made by this job (so plain when rootPlain)
+	stateFd    int  // DIR/.tarmount-partial, -1 when complete
+	tmpFd      int  // its tmp/
+	// stageDirs are tmp/bXX, made on first use (stageDir), guarded by
+	// stageMu: Stage spreads files over them, since creates and unlinks
+	// in one directory serialize on its lock.
 	stageDirs [stageBuckets]int
 	jr        *journal
 	sem       *semaphore.Weighted
@@ -161,8 +166,14 @@ type Job struct {
 	// set by Run, read by OpenLocal
 	view atomic.Pointer[view]
 	// set by Run before tasks start
-	dirfd []int32 // by EntryID: the open directory, -1 for non-directories
-	extra map[index.EntryID][]name
+	dirs     []index.EntryID // the directories to make, parents first
+	dirReach []bool          // by EntryID: a directory reachable from DIR by valid names
+	// set by makeDirs, read by others after waitDirs
+	dirsReady chan struct{} // closed when makeDirs is done
+	dirfd     []int32       // by EntryID: the open directory, -1 for non-directories
+	dirPlain  []bool        // by EntryID: made by this job in a plain directory (plainDir)
+	noTmpfile atomic.Bool   // the filesystem of DIR has no O_TMPFILE
+	extra     map[index.EntryID][]name
 
 	noteMu sync.Mutex
 	notes  map[string]*note // guarded by noteMu: refusals and warnings by kind
@@ -227,7 +238,7 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		prog = &Progress{}
 	}
 	j := &Job{dir: abs, key: key, opts: opts, log: log, prog: prog, rootFd: -1, stateFd: -1, tmpFd: -1,
-		meta: metaOpts{chown: os.Geteuid() == 0}, staged: map[int64]*wfile{}, notes: map[string]*note{},
+		meta: metaOpts{chown: os.Geteuid() == 0, uid: os.Geteuid(), gid: os.Getegid(), umask: processUmask()}, staged: map[int64]*wfile{}, notes: map[string]*note{},
 		memory: opts.MemoryBytes, sem: semaphore.NewWeighted(opts.MemoryBytes)}
 	j.ctx, j.cancel = context.WithCancel(context.Background())
 	for i := range j.stageDirs {
@@ -267,6 +278,7 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		log.Info("directory already complete", "path", abs)
 		return j, nil
 	}
+	j.rootPlain = plainDir(j.rootFd)
 	if err := j.openState(fresh, m.Source == key); err != nil {
 		j.Close()
 		return nil, err
@@ -289,11 +301,6 @@ func (j *Job) openState(fresh, sameSource bool) error {
 	}
 	if j.tmpFd, err = mkdirBeneath(j.stateFd, tmpDirName); err != nil {
 		return err
-	}
-	for i := range j.stageDirs {
-		if j.stageDirs[i], err = mkdirBeneath(j.tmpFd, fmt.Sprintf("b%02x", i)); err != nil {
-			return err
-		}
 	}
 	jpath := fmt.Sprintf("/proc/self/fd/%d/%s", j.stateFd, journalName)
 	keep := !fresh && sameSource
@@ -474,8 +481,13 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 	if j.complete || h.Typeflag != tarscan.TypeReg || h.StoredSize <= 0 {
 		return nil
 	}
-	wf := j.newWfile(fmt.Sprintf("s%x", h.DataOffset), h.Size, h.Sparse != nil)
-	wf.dir = j.stageDirs[(h.DataOffset>>9)%stageBuckets]
+	dir, err := j.stageDir(int((h.DataOffset >> 9) % stageBuckets))
+	if err != nil {
+		return err
+	}
+	perm, mk := j.meta.createPerm(uint32(h.Mode), j.rootPlain)
+	wf := &wfile{tmp: fmt.Sprintf("s%x", h.DataOffset), dir: dir, size: h.Size, sparse: h.Sparse != nil, made: mk, fd: -1}
+	wf.opener = func(w *wfile) (int, error) { return createTmp(w.dir, w.tmp, perm, w.size, w.sparse) }
 	wf.finish = func(wf *wfile) error {
 		defer j.stageWG.Done()
 		return wf.close()
@@ -556,39 +568,44 @@ func logicalPieces(chunks []index.SparseChunk, sparse bool, off int64, data []by
 type wfile struct {
 	id      index.EntryID
 	tmp     string // name in dir
-	dir     int    // the directory of tmp: the tmp directory or one of stageDirs
+	dir     int    // the directory of tmp: the file's own, a stage directory, or the tmp directory
 	size    int64
 	sparse  bool
-	staged  bool                           // named tmp in a stage directory (by Stage or a writer): placed by a link and an unlink
-	pending atomic.Int64                   // pieces not yet written (+1 while more may come)
-	finish  func(*wfile) error             // called once when pending reaches 0
-	mu      sync.Mutex                     // guards f
-	f       *os.File                       // opened by the first piece
-	opener  func(*wfile) (*os.File, error) // how to open it (set by the job)
+	staged  bool                      // named tmp in a stage directory (by Stage or a writer): placed by a link and an unlink
+	anon    bool                      // unnamed (O_TMPFILE) in dir: placed by linking its descriptor
+	made    made                      // what creating it set (for setMetaFd)
+	pending atomic.Int64              // pieces not yet written (+1 while more may come)
+	finish  func(*wfile) error        // called once when pending reaches 0
+	mu      sync.Mutex                // guards fd
+	fd      int                       // opened by the first piece; -1 before and after
+	opener  func(*wfile) (int, error) // how to open it (set by the job)
 }
 
-func (w *wfile) file() (*os.File, error) {
+// file returns the open descriptor of w, opening it on first use. Raw
+// descriptors, not *os.File: os.NewFile costs an fcntl per file, and
+// writes never block.
+func (w *wfile) file() (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.f != nil {
-		return w.f, nil
+	if w.fd >= 0 {
+		return w.fd, nil
 	}
-	f, err := w.opener(w)
+	fd, err := w.opener(w)
 	if err != nil {
-		return nil, err
+		return -1, err
 	}
-	w.f = f
-	return f, nil
+	w.fd = fd
+	return fd, nil
 }
 
 func (w *wfile) close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.f == nil {
+	if w.fd < 0 {
 		return nil
 	}
-	err := w.f.Close()
-	w.f = nil
+	err := unix.Close(w.fd)
+	w.fd = -1
 	return err
 }
 
@@ -599,37 +616,65 @@ func (w *wfile) pieceDone() error {
 	return nil
 }
 
-// createTmp creates (or truncates) name in the tmp directory for writing,
-// with the size of the file when it is sparse so that holes stay holes.
-func (j *Job) createTmp(dirfd int, name string, size int64, truncate bool) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+// createTmp creates (or truncates) name in dirfd for writing, with mode
+// perm (before the umask), presized when sparse.
+func createTmp(dirfd int, name string, perm uint32, size int64, sparse bool) (int, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, perm)
 	if err != nil {
-		return nil, fmt.Errorf("create %s/%s/%s: %w", stateDirName, tmpDirName, name, err)
+		return -1, fmt.Errorf("create temporary %s: %w", name, err)
 	}
-	f := os.NewFile(uintptr(fd), name)
-	if truncate && size > 0 {
-		if err := f.Truncate(size); err != nil {
-			f.Close()
-			return nil, err
-		}
+	if err := presize(fd, size, sparse); err != nil {
+		unix.Close(fd)
+		return -1, err
 	}
-	return f, nil
+	return fd, nil
 }
 
-func (j *Job) newWfile(tmp string, size int64, sparse bool) *wfile {
-	return &wfile{tmp: tmp, dir: j.tmpFd, size: size, sparse: sparse,
-		opener: func(w *wfile) (*os.File, error) { return j.createTmp(w.dir, w.tmp, w.size, w.sparse) }}
+// presize gives a sparse file its size before its data is written, so
+// that holes stay holes.
+func presize(fd int, size int64, sparse bool) error {
+	if !sparse || size <= 0 {
+		return nil
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return fmt.Errorf("size a sparse file: %w", err)
+	}
+	return nil
+}
+
+// stageDir returns stage directory i (tmp/bXX), made on first use.
+func (j *Job) stageDir(i int) (int, error) {
+	j.stageMu.Lock()
+	defer j.stageMu.Unlock()
+	if j.stageDirs[i] < 0 {
+		fd, err := mkdirBeneath(j.tmpFd, fmt.Sprintf("b%02x", i))
+		if err != nil {
+			return -1, err
+		}
+		j.stageDirs[i] = fd
+	}
+	return j.stageDirs[i], nil
 }
 
 func (j *Job) writePiece(wf *wfile, at int64, data []byte) error {
-	f, err := wf.file()
+	fd, err := wf.file()
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteAt(data, at); err != nil {
-		return fmt.Errorf("write %s: %w", wf.tmp, err)
+	for len(data) > 0 {
+		k, err := unix.Pwrite(fd, data, at)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == nil && k == 0 {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", wf.tmp, err)
+		}
+		data, at = data[k:], at+int64(k)
+		j.prog.Bytes.Add(int64(k))
 	}
-	j.prog.Bytes.Add(int64(len(data)))
 	return wf.pieceDone()
 }
 

@@ -31,6 +31,13 @@ func (s fileSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error
 // first and spans decoded in parallel.
 func extract(t *testing.T, archive, dir string, cold bool, opts Options) (*Job, error) {
 	t.Helper()
+	return extractWith(t, archive, dir, cold, opts, nil)
+}
+
+// extractWith is extract with prep called on the job before anything is
+// written.
+func extractWith(t *testing.T, archive, dir string, cold bool, opts Options, prep func(*Job)) (*Job, error) {
+	t.Helper()
 	data, err := os.ReadFile(archive)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +48,9 @@ func extract(t *testing.T, archive, dir string, cold bool, opts Options) (*Job, 
 		return nil, err
 	}
 	defer j.Close()
+	if prep != nil {
+		prep(j)
+	}
 	bopts := index.BuildOptions{Span: 64 << 10}
 	if cold {
 		bopts.OnMember = j.Stage
@@ -202,6 +212,8 @@ func TestMalicious(t *testing.T) {
 type tarMember struct {
 	name, body, link string
 	typ              byte
+	mode             int64 // 0: 0644 for files, 0755 for directories
+	uid, gid         int
 }
 
 // writeTar writes members as a pax tar, gzipped when gz.
@@ -221,6 +233,10 @@ func writeTar(t *testing.T, path string, members []tarMember, gz bool) {
 		if h.Typeflag == tar.TypeDir {
 			h.Mode = 0o755
 		}
+		if m.mode != 0 {
+			h.Mode = m.mode
+		}
+		h.Uid, h.Gid = m.uid, m.gid
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
 		}

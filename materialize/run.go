@@ -3,9 +3,9 @@ package materialize
 import (
 	"context"
 	"fmt"
-	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -38,9 +38,19 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 	}
 	j.view.Store(v)
 
-	if err := j.makeDirs(ix); err != nil {
+	if err := j.planDirs(ix); err != nil {
 		return err
 	}
+	// Directories are made while the first spans are fetched and
+	// decoded; writers wait for them (waitDirs).
+	j.dirsReady = make(chan struct{})
+	go func() {
+		defer close(j.dirsReady)
+		if err := j.makeDirs(ix); err != nil {
+			j.fail(err)
+		}
+	}()
+	defer func() { <-j.dirsReady }()
 	// Staged data must be complete before it is moved into place.
 	staged := make(chan struct{})
 	go func() {
@@ -55,18 +65,21 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 	if err := j.writeAll(ix, v, spans); err != nil {
 		return err
 	}
+	if err := j.waitDirs(); err != nil {
+		return err
+	}
 	return j.finish(ix)
 }
 
-// makeDirs makes every directory, parents first, and keeps each open;
-// it also collects the extra names (hard links) of other entries.
-func (j *Job) makeDirs(ix *index.Index) error {
+// planDirs walks the tree of ix from the root, without touching DIR: it
+// lists the directories to make, parents first, refuses names that are
+// not one component, and collects the extra names (hard links) of other
+// entries.
+func (j *Job) planDirs(ix *index.Index) error {
 	n := ix.Len()
-	j.dirfd = make([]int32, n)
-	for i := range j.dirfd {
-		j.dirfd[i] = -1
-	}
-	j.dirfd[index.RootID] = int32(j.rootFd)
+	j.dirReach = make([]bool, n)
+	j.dirReach[index.RootID] = true
+	j.dirs = j.dirs[:0]
 	j.extra = map[index.EntryID][]name{}
 	queue := []index.EntryID{index.RootID}
 	for k := 0; k < len(queue); k++ {
@@ -90,19 +103,52 @@ func (j *Job) makeDirs(ix *index.Index) error {
 			if e.Type != index.TypeDir {
 				continue
 			}
-			if j.dirfd[c.ID] >= 0 {
+			if j.dirReach[c.ID] {
 				return fmt.Errorf("%w: directory %d listed twice", index.ErrBadIndex, c.ID)
 			}
-			fd, err := mkdirBeneath(int(j.dirfd[d]), c.Name)
-			if err != nil {
-				return fmt.Errorf("%s: %w", ix.Path(c.ID), err)
-			}
-			j.dirfd[c.ID] = int32(fd)
-			j.prog.Entries.Add(1)
+			j.dirReach[c.ID] = true
 			queue = append(queue, c.ID)
 		}
 	}
+	j.dirs = queue[1:]
 	return nil
+}
+
+// makeDirs makes the directories planDirs listed, parents first, and
+// keeps each open. Other goroutines use dirfd and dirPlain after
+// waitDirs.
+func (j *Job) makeDirs(ix *index.Index) error {
+	j.dirfd = make([]int32, ix.Len())
+	for i := range j.dirfd {
+		j.dirfd[i] = -1
+	}
+	j.dirfd[index.RootID] = int32(j.rootFd)
+	j.dirPlain = make([]bool, ix.Len())
+	j.dirPlain[index.RootID] = j.rootPlain
+	for _, id := range j.dirs {
+		if j.ctx.Err() != nil {
+			return j.failure()
+		}
+		e := ix.Entry(id)
+		fd, made, err := makeDirBeneath(int(j.dirfd[e.Parent]), e.Name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ix.Path(id), err)
+		}
+		j.dirfd[id] = int32(fd)
+		j.dirPlain[id] = made && j.dirPlain[e.Parent]
+		j.prog.Entries.Add(1)
+	}
+	return nil
+}
+
+// waitDirs waits until makeDirs is done; it fails when the job does.
+func (j *Job) waitDirs() error {
+	select {
+	case <-j.dirsReady:
+		return j.failure()
+	case <-j.ctx.Done():
+		return j.failure()
+	}
 }
 
 // parentFd returns the open directory that holds the first name of e.
@@ -125,19 +171,17 @@ type segment struct {
 // all are done.
 func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 	var segs []segment
+	var wholes []*wfile // files with no data to decode
+	var specials []index.EntryID
 	var files, bytes int64
 	for i := 1; i < ix.Len(); i++ {
 		id := index.EntryID(i)
 		e := ix.Entry(id)
-		if e.Type == index.TypeDir || j.dirfd[e.Parent] < 0 {
+		if e.Type == index.TypeDir || !j.dirReach[e.Parent] {
 			continue // unreachable or refused parent: nothing to write
 		}
-		switch e.Type {
-		case index.TypeReg:
-		default:
-			if err := j.submit(func() error { return j.writeSpecial(ix, id, e) }); err != nil {
-				return err
-			}
+		if e.Type != index.TypeReg {
+			specials = append(specials, id)
 			continue
 		}
 		if v.isSet(id) {
@@ -146,58 +190,106 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 		stored := ix.StoredSize(id)
 		files++
 		bytes += stored
-		wf := j.newWfile(fmt.Sprintf("f%d", id), e.Size, e.Sparse)
-		wf.id = id
-		// Made under a name in a stage directory, then linked into
-		// place: on ext4 that costs half of an O_TMPFILE file, whose
-		// orphan list serializes writers.
-		wf.dir, wf.staged = j.stageDirs[uint32(id)%stageBuckets], true
+		wf := &wfile{id: id, size: e.Size, sparse: e.Sparse, fd: -1}
+		wf.opener = func(w *wfile) (int, error) { return j.createFile(w, e) }
 		wf.finish = func(wf *wfile) error { return j.finishFile(ix, v, wf) }
-		if stored == 0 {
-			if err := j.submitWhole(wf); err != nil {
-				return err
-			}
-			continue
-		}
 		j.stageMu.Lock()
 		sf := j.staged[int64(e.DataOffset)]
 		j.stageMu.Unlock()
-		if sf != nil {
-			wf.tmp, wf.dir, wf.staged = sf.tmp, sf.dir, true
-			wf.opener = func(w *wfile) (*os.File, error) {
+		switch {
+		case sf != nil && stored > 0:
+			wf.tmp, wf.dir, wf.staged, wf.made = sf.tmp, sf.dir, true, sf.made
+			wf.opener = func(w *wfile) (int, error) {
 				fd, err := unix.Openat(w.dir, w.tmp, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 				if err != nil {
-					return nil, fmt.Errorf("open staged %s: %w", w.tmp, err)
+					return -1, fmt.Errorf("open staged %s: %w", w.tmp, err)
 				}
-				return os.NewFile(uintptr(fd), w.tmp), nil
+				return fd, nil
 			}
-			if err := j.submitWhole(wf); err != nil {
-				return err
-			}
-			continue
-		}
-		if e.Sparse {
+			wholes = append(wholes, wf)
+		case stored == 0:
+			wholes = append(wholes, wf)
+		case e.Sparse:
 			off := int64(e.DataOffset)
 			for _, c := range ix.SparseMap(id) {
 				segs = append(segs, segment{wf, off, off + c.Length, c.Offset})
 				off += c.Length
 			}
-		} else {
+		default:
 			segs = append(segs, segment{wf, int64(e.DataOffset), int64(e.DataOffset) + stored, 0})
 		}
 	}
 	j.prog.FilesTotal.Add(files)
 	j.prog.BytesTotal.Add(bytes)
+	if len(segs) > 0 && spans == nil {
+		return fmt.Errorf("materialize: %d file pieces need the archive, but it cannot be read in spans", len(segs))
+	}
+	// Spans are fetched and decoded from the start; the writers take
+	// the other entries between their pieces.
+	var g errgroup.Group
+	g.Go(func() error {
+		for _, id := range specials {
+			if err := j.submit(func() error { return j.writeSpecial(ix, id, ix.Entry(id)) }); err != nil {
+				return err
+			}
+		}
+		for _, wf := range wholes {
+			if err := j.submitWhole(wf); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if len(segs) > 0 {
-		if spans == nil {
-			return fmt.Errorf("materialize: %d file pieces need the archive, but it cannot be read in spans", len(segs))
-		}
-		if err := j.writeSpans(spans, segs); err != nil {
-			return err
-		}
+		g.Go(func() error { return j.writeSpans(spans, segs) })
+	}
+	if err := g.Wait(); err != nil {
+		j.fail(err)
 	}
 	j.pending.Wait()
 	return j.failure()
+}
+
+// createFile creates the file of w, entry e, once its directory exists:
+// an unnamed file (O_TMPFILE) in that directory, with its final mode when
+// the directory is plain, which place links under its name once it is
+// complete, so that no half-written file ever has a name and an
+// interrupted job leaves nothing to clean up. On a filesystem without
+// unnamed files it is a named file in a stage directory.
+//
+// Creating with O_TMPFILE and linking costs less than a named temporary
+// file and a rename (which looks up and edits the directory twice).
+func (j *Job) createFile(w *wfile, e *index.Entry) (int, error) {
+	if err := j.waitDirs(); err != nil {
+		return -1, err
+	}
+	if !j.noTmpfile.Load() {
+		dir := int(j.dirfd[e.Parent])
+		perm, mk := j.meta.createPerm(e.Mode, j.dirPlain[e.Parent])
+		fd, err := unix.Openat(dir, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
+		switch err {
+		case nil:
+			w.dir, w.made, w.anon = dir, mk, true
+			if err := presize(fd, w.size, w.sparse); err != nil {
+				unix.Close(fd)
+				return -1, err
+			}
+			return fd, nil
+		case unix.EOPNOTSUPP, unix.EISDIR, unix.EINVAL:
+			if !j.noTmpfile.Swap(true) {
+				j.log.Debug("no unnamed files (O_TMPFILE) here: files are written in a stage directory", "err", err)
+			}
+		default:
+			return -1, fmt.Errorf("create a file in %s: %w", j.pathOf(j.view.Load().ix, e.Parent), err)
+		}
+	}
+	dir, err := j.stageDir(int(uint32(w.id) % stageBuckets))
+	if err != nil {
+		return -1, err
+	}
+	perm, mk := j.meta.createPerm(e.Mode, j.rootPlain)
+	w.dir, w.tmp, w.staged, w.made = dir, "f"+strconv.Itoa(int(w.id)), true, mk
+	return createTmp(w.dir, w.tmp, perm, w.size, w.sparse)
 }
 
 // writeSpans reads the spans that hold segs, opts.Decoders at once in
@@ -281,22 +373,25 @@ func (j *Job) writeSpans(spans Spans, segs []segment) error {
 // finishFile applies the metadata of a fully written file, moves it into
 // place, makes its other names and journals it.
 func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
+	if err := j.waitDirs(); err != nil {
+		return err
+	}
 	id := wf.id
 	e := ix.Entry(id)
-	f, err := wf.file()
+	fd, err := wf.file()
 	if err != nil {
 		return err
 	}
 	p := j.pathOf(ix, id)
 	defer wf.close()
-	if err := setMetaFd(int(f.Fd()), e, ix.Xattrs(id), j.meta, j.warn, p); err != nil {
+	if err := setMetaFd(fd, e, ix.Xattrs(id), j.meta, wf.made, j.warn, p); err != nil {
 		return err
 	}
 	pfd, err := j.parentFd(ix, id, e)
 	if err != nil {
 		return err
 	}
-	if err := j.place(wf, f, pfd, e.Name); err != nil {
+	if err := j.place(wf, fd, pfd, e.Name); err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
 	if err := wf.close(); err != nil {
@@ -311,10 +406,24 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 	return nil
 }
 
-// place gives the complete file w (open as f) its name in dirfd,
+// place gives the complete file w, open at fd, its name in dirfd,
 // replacing what is there.
-func (j *Job) place(w *wfile, f *os.File, dirfd int, name string) error {
-	if w.staged {
+func (j *Job) place(w *wfile, fd, dirfd int, name string) error {
+	switch {
+	case w.anon:
+		err := linkFd(fd, dirfd, name)
+		if err != unix.EEXIST {
+			return err
+		}
+		// Something is in the way (an earlier run's, or DIR's with
+		// --overwrite): replace it by a rename.
+		tmp := "a" + strconv.Itoa(int(w.id))
+		unix.Unlinkat(j.tmpFd, tmp, 0)
+		if err := linkFd(fd, j.tmpFd, tmp); err != nil {
+			return err
+		}
+		return renameInto(j.tmpFd, tmp, dirfd, name)
+	case w.staged:
 		// A link and an unlink take no filesystem-wide lock, unlike
 		// a rename across directories.
 		err := unix.Linkat(w.dir, w.tmp, dirfd, name, 0)
@@ -347,6 +456,9 @@ func (j *Job) linkNames(ix *index.Index, id index.EntryID, e *index.Entry, pfd i
 // writeSpecial makes a symlink, fifo or device in the tmp directory with
 // its metadata and moves it into place.
 func (j *Job) writeSpecial(ix *index.Index, id index.EntryID, e *index.Entry) error {
+	if err := j.waitDirs(); err != nil {
+		return err
+	}
 	p := j.pathOf(ix, id)
 	tmp := fmt.Sprintf("e%d", id)
 	unix.Unlinkat(j.tmpFd, tmp, 0)
@@ -409,7 +521,9 @@ func (j *Job) finish(ix *index.Index) error {
 	for i := 1; i < ix.Len(); i++ {
 		id := index.EntryID(i)
 		if fd := j.dirfd[id]; fd >= 0 {
-			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, j.warn, j.pathOf(ix, id)); err != nil {
+			// A directory this job made is the job's, with mode 0700.
+			mk := made{ok: j.dirPlain[id], mode: 0o700 &^ j.meta.umask}
+			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, j.pathOf(ix, id)); err != nil {
 				return err
 			}
 		}
@@ -425,7 +539,7 @@ func (j *Job) finish(ix *index.Index) error {
 		return fmt.Errorf("remove %s: %w", stateDirName, err)
 	}
 	if root := ix.Entry(index.RootID); hasRootMember(root, ix.Xattrs(index.RootID)) {
-		if err := setMetaFd(j.rootFd, root, ix.Xattrs(index.RootID), j.meta, j.warn, "."); err != nil {
+		if err := setMetaFd(j.rootFd, root, ix.Xattrs(index.RootID), j.meta, made{}, j.warn, "."); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,172 @@
+package materialize
+
+import (
+	"archive/tar"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestCreatePerm(t *testing.T) {
+	root := metaOpts{chown: true, umask: 0o022}
+	user := metaOpts{chown: false, umask: 0o022}
+	tests := []struct {
+		name      string
+		m         metaOpts
+		mode      uint32
+		plain     bool
+		wantPerm  uint32
+		wantExact bool
+	}{
+		{"file", root, 0o644, true, 0o644, true},
+		{"executable", root, 0o755, true, 0o755, true},
+		{"not plain", root, 0o644, false, 0o600, false},
+		{"setuid", root, 0o4755, true, 0o600, false},
+		{"setgid", root, 0o2755, true, 0o600, false},
+		{"sticky", root, 0o1644, true, 0o600, false},
+		{"owner cannot write", root, 0o444, true, 0o600, false},
+		{"umask takes bits", root, 0o666, true, 0o600, false},
+		{"setuid dropped without root", user, 0o4755, true, 0o755, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			perm, mk := tt.m.createPerm(tt.mode, tt.plain)
+			if perm != tt.wantPerm || mk.ok != tt.wantExact {
+				t.Errorf("got %#o, exact %v; want %#o, exact %v", perm, mk.ok, tt.wantPerm, tt.wantExact)
+			}
+			if mk.ok && mk.mode != tt.m.modeOf(tt.mode) {
+				t.Errorf("made mode %#o, want %#o", mk.mode, tt.m.modeOf(tt.mode))
+			}
+		})
+	}
+}
+
+func TestPlainDir(t *testing.T) {
+	dir := t.TempDir()
+	open := func() int {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		return fd
+	}
+	if !plainDir(open()) {
+		t.Skip("the test directory is not plain (setgid or a default ACL)")
+	}
+	if err := os.Chmod(dir, 0o755|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	if plainDir(open()) {
+		t.Error("a setgid directory is plain, want not")
+	}
+}
+
+// TestLinkFd names an unnamed file both ways, and reports EEXIST as it is.
+func TestLinkFd(t *testing.T) {
+	dir := t.TempDir()
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, ".", unix.O_WRONLY|unix.O_TMPFILE, 0o644)
+	if err != nil {
+		t.Skipf("no O_TMPFILE here: %v", err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := linkFd(fd, dfd, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := linkFdProc(fd, dfd, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := linkFd(fd, dfd, "a"); err != unix.EEXIST {
+		t.Errorf("linking over a name: got %v, want EEXIST", err)
+	}
+	for _, n := range []string{"a", "b"} {
+		if b, err := os.ReadFile(filepath.Join(dir, n)); err != nil || string(b) != "data" {
+			t.Errorf("%s: got %q, %v; want %q", n, b, err, "data")
+		}
+	}
+}
+
+// TestSetgidDir extracts into a setgid DIR, where new files get DIR's
+// group: owners must still be the archive's, though creating a file
+// already gives it the job's user.
+func TestSetgidDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("owners need root")
+	}
+	work := t.TempDir()
+	archive := filepath.Join(work, "a.tar")
+	writeTar(t, archive, []tarMember{
+		{name: "d/", typ: tar.TypeDir},
+		{name: "d/f", body: "f"},
+		{name: "g", body: "g", uid: 7, gid: 8},
+	}, false)
+	for _, cold := range []bool{false, true} {
+		out := filepath.Join(work, map[bool]string{false: "indexed", true: "cold"}[cold])
+		if err := os.Mkdir(out, 0o775); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(out, 0, 4242); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(out, 0o775|os.ModeSetgid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := extract(t, archive, out, cold, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range map[string][2]uint32{"d": {0, 0}, "d/f": {0, 0}, "g": {7, 8}} {
+			fi, err := os.Lstat(filepath.Join(out, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if got := [2]uint32{st.Uid, st.Gid}; got != want {
+				t.Errorf("cold=%v %s: owner %v, want %v", cold, p, got, want)
+			}
+		}
+	}
+}
+
+// TestNoTmpfile extracts as on a filesystem without O_TMPFILE: files are
+// written in stage directories and linked into place.
+func TestNoTmpfile(t *testing.T) {
+	work := t.TempDir()
+	archive := filepath.Join(work, "a.tar.gz")
+	members := []tarMember{
+		{name: "d/", typ: tar.TypeDir},
+		{name: "d/f", body: "file f", mode: 0o640},
+		{name: "d/x", body: "#!/bin/sh\n", mode: 0o755},
+		{name: "e", body: ""},
+		{name: "d/h", link: "d/f", typ: tar.TypeLink},
+	}
+	writeTar(t, archive, members, true)
+	out := filepath.Join(work, "out")
+	_, err := extractWith(t, archive, out, false, Options{}, func(j *Job) { j.noTmpfile.Store(true) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"d/f": "file f", "d/x": "#!/bin/sh\n", "e": "", "d/h": "file f"} {
+		if b, err := os.ReadFile(filepath.Join(out, p)); err != nil || string(b) != want {
+			t.Errorf("%s: got %q, %v; want %q", p, b, err, want)
+		}
+	}
+	for p, want := range map[string]os.FileMode{"d/f": 0o640, "d/x": 0o755} {
+		if fi, err := os.Stat(filepath.Join(out, p)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, %v; want %v", p, fi.Mode().Perm(), err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, stateDirName)); !os.IsNotExist(err) {
+		t.Errorf("%s left behind: %v", stateDirName, err)
+	}
+}
