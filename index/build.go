@@ -396,6 +396,46 @@ func entryType(flag byte) Type {
 	return TypeReg
 }
 
+// HeaderEntry returns what the index records of member h, apart from its
+// place in the tree (Parent, Name) and what a hard link takes from its
+// target: a one-pass consumer of BuildOptions.OnMember can rely on the
+// index's Entry for h to say the same.
+func HeaderEntry(h *tarscan.Header) Entry {
+	e := Entry{
+		Type:       entryType(h.Typeflag),
+		Mode:       uint32(h.Mode & 0o7777),
+		UID:        clampID(h.UID),
+		GID:        clampID(h.GID),
+		Uname:      h.Uname,
+		Gname:      h.Gname,
+		MTime:      h.MTime,
+		ATime:      h.ATime,
+		CTime:      h.CTime,
+		DataOffset: UncompressedOffset(h.DataOffset),
+	}
+	switch e.Type {
+	case TypeReg:
+		e.Size = h.Size
+		e.Sparse = h.Sparse != nil
+	case TypeSymlink:
+		e.Linkname = h.Linkname
+		e.Size = int64(len(h.Linkname))
+	case TypeChar, TypeBlock:
+		e.Devmajor, e.Devminor = clampID(h.Devmajor), clampID(h.Devminor)
+	}
+	return e
+}
+
+// HeaderXattrs returns the extended attributes the index records of
+// member h (nil when none), as Index.Xattrs returns them.
+func HeaderXattrs(h *tarscan.Header) []Xattr {
+	var out []Xattr
+	for _, x := range h.Xattrs {
+		out = append(out, Xattr{Name: x.Name, Value: x.Value})
+	}
+	return out
+}
+
 func (b *builder) add(h *tarscan.Header) error {
 	name, ok := cleanName(h.Name)
 	if !ok {
@@ -408,36 +448,12 @@ func (b *builder) add(h *tarscan.Header) error {
 	if h.Typeflag == tarscan.TypeLink {
 		return b.addLink(name, h)
 	}
-	e := bentry{Entry: Entry{
-		Type:       entryType(h.Typeflag),
-		Mode:       uint32(h.Mode & 0o7777),
-		UID:        clampID(h.UID),
-		GID:        clampID(h.GID),
-		Uname:      h.Uname,
-		Gname:      h.Gname,
-		MTime:      h.MTime,
-		ATime:      h.ATime,
-		CTime:      h.CTime,
-		DataOffset: UncompressedOffset(h.DataOffset),
-	}}
-	switch e.Type {
-	case TypeReg:
-		e.Size = h.Size
-		if h.Sparse != nil {
-			e.Sparse = true
-			e.sparse = make([]SparseChunk, len(h.Sparse))
-			for i, c := range h.Sparse {
-				e.sparse[i] = SparseChunk{Offset: c.Offset, Length: c.Length}
-			}
+	e := bentry{Entry: HeaderEntry(h), xattrs: HeaderXattrs(h)}
+	if e.Type == TypeReg && h.Sparse != nil {
+		e.sparse = make([]SparseChunk, len(h.Sparse))
+		for i, c := range h.Sparse {
+			e.sparse[i] = SparseChunk{Offset: c.Offset, Length: c.Length}
 		}
-	case TypeSymlink:
-		e.Linkname = h.Linkname
-		e.Size = int64(len(h.Linkname))
-	case TypeChar, TypeBlock:
-		e.Devmajor, e.Devminor = clampID(h.Devmajor), clampID(h.Devminor)
-	}
-	for _, x := range h.Xattrs {
-		e.xattrs = append(e.xattrs, Xattr{Name: x.Name, Value: x.Value})
 	}
 	if name == "" {
 		if e.Type == TypeDir {

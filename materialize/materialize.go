@@ -38,6 +38,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -162,18 +163,27 @@ type Job struct {
 	stageMu sync.Mutex
 	staged  map[int64]*wfile // guarded by stageMu: by DataOffset
 	stageWG sync.WaitGroup   // staged files not fully written
+	// stageFds counts staged files made unnamed and kept open; beyond
+	// stageFdBudget (set by Open from RLIMIT_NOFILE) they are named.
+	stageFds      atomic.Int64
+	stageFdBudget int64
 
 	// set by Run, read by OpenLocal
 	view atomic.Pointer[view]
 	// set by Run before tasks start
 	dirs     []index.EntryID // the directories to make, parents first
 	dirReach []bool          // by EntryID: a directory reachable from DIR by valid names
-	// set by makeDirs, read by others after waitDirs
-	dirsReady chan struct{} // closed when makeDirs is done
-	dirfd     []int32       // by EntryID: the open directory, -1 for non-directories
-	dirPlain  []bool        // by EntryID: made by this job in a plain directory (plainDir)
-	noTmpfile atomic.Bool   // the filesystem of DIR has no O_TMPFILE
-	extra     map[index.EntryID][]name
+	dirPos   []int32         // by EntryID: a directory's place in dirs, -1 for others
+	// set by makeDirs, read by others after waitDir
+	dirsReady   chan struct{} // closed when makeDirs returned
+	dirsMade    atomic.Int32  // how many of dirs are made; stored under dirsMu
+	dirsMu      sync.Mutex
+	dirsCond    sync.Cond   // on dirsMu: broadcast when dirsMade or dirsStopped change
+	dirsStopped bool        // guarded by dirsMu: makeDirs returned
+	dirfd       []int32     // by EntryID: the open directory, -1 for non-directories
+	dirPlain    []bool      // by EntryID: made by this job in a plain directory (plainDir)
+	noTmpfile   atomic.Bool // the filesystem of DIR has no O_TMPFILE
+	extra       map[index.EntryID][]name
 
 	noteMu sync.Mutex
 	notes  map[string]*note // guarded by noteMu: refusals and warnings by kind
@@ -279,6 +289,12 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		return j, nil
 	}
 	j.rootPlain = plainDir(j.rootFd)
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
+		// Half of what the process may open: the rest is for the
+		// directories Run keeps open, connections and the cache.
+		j.stageFdBudget = int64(min(lim.Cur, 1<<30) / 2)
+	}
 	if err := j.openState(fresh, m.Source == key); err != nil {
 		j.Close()
 		return nil, err
@@ -481,16 +497,59 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 	if j.complete || h.Typeflag != tarscan.TypeReg || h.StoredSize <= 0 {
 		return nil
 	}
-	dir, err := j.stageDir(int((h.DataOffset >> 9) % stageBuckets))
-	if err != nil {
-		return err
-	}
 	perm, mk := j.meta.createPerm(uint32(h.Mode), j.rootPlain)
-	wf := &wfile{tmp: fmt.Sprintf("s%x", h.DataOffset), dir: dir, size: h.Size, sparse: h.Sparse != nil, made: mk, fd: -1}
-	wf.opener = func(w *wfile) (int, error) { return createTmp(w.dir, w.tmp, perm, w.size, w.sparse) }
+	wf := &wfile{size: h.Size, sparse: h.Sparse != nil, made: mk, fd: -1}
+	if j.stageFds.Add(1) <= j.stageFdBudget && !j.noTmpfile.Load() {
+		// Unnamed, in the tmp directory, and kept open until Run
+		// links it into place: no directory entry to make or remove.
+		wf.dir, wf.anon = j.tmpFd, true
+		wf.opener = func(w *wfile) (int, error) {
+			fd, err := unix.Openat(w.dir, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
+			if err == unix.EOPNOTSUPP || err == unix.EISDIR || err == unix.EINVAL {
+				j.noTmpfile.Store(true)
+				w.anon, w.tmp = false, fmt.Sprintf("s%x", h.DataOffset)
+				if w.dir, err = j.stageDir(int((h.DataOffset >> 9) % stageBuckets)); err != nil {
+					return -1, err
+				}
+				return createTmp(w.dir, w.tmp, perm, w.size, w.sparse)
+			}
+			if err != nil {
+				return -1, fmt.Errorf("create a staged file: %w", err)
+			}
+			if err := presize(fd, w.size, w.sparse); err != nil {
+				unix.Close(fd)
+				return -1, err
+			}
+			return fd, nil
+		}
+	} else {
+		dir, err := j.stageDir(int((h.DataOffset >> 9) % stageBuckets))
+		if err != nil {
+			return err
+		}
+		wf.dir, wf.tmp = dir, fmt.Sprintf("s%x", h.DataOffset)
+		wf.opener = func(w *wfile) (int, error) { return createTmp(w.dir, w.tmp, perm, w.size, w.sparse) }
+	}
+	// The metadata goes on at once, from the header: Run then only
+	// links the file into place when the index says the same.
+	meta := &appliedMeta{entry: index.HeaderEntry(h), xattrs: index.HeaderXattrs(h)}
+	name := h.Name
 	wf.finish = func(wf *wfile) error {
 		defer j.stageWG.Done()
-		return wf.close()
+		fd, err := wf.file()
+		if err == nil {
+			err = setMetaFd(fd, &meta.entry, meta.xattrs, j.meta, wf.made, j.warn, name)
+		}
+		if err == nil {
+			wf.meta = meta
+		}
+		if wf.anon && err == nil {
+			return nil // kept open for Run
+		}
+		if cerr := wf.close(); err == nil {
+			err = cerr
+		}
+		return err
 	}
 	var chunks []index.SparseChunk
 	for _, c := range h.Sparse {
@@ -573,6 +632,7 @@ type wfile struct {
 	sparse  bool
 	staged  bool                      // named tmp in a stage directory (by Stage or a writer): placed by a link and an unlink
 	anon    bool                      // unnamed (O_TMPFILE) in dir: placed by linking its descriptor
+	meta    *appliedMeta              // metadata already applied (by Stage), nil if none
 	made    made                      // what creating it set (for setMetaFd)
 	pending atomic.Int64              // pieces not yet written (+1 while more may come)
 	finish  func(*wfile) error        // called once when pending reaches 0
@@ -614,6 +674,22 @@ func (w *wfile) pieceDone() error {
 		return w.finish(w)
 	}
 	return nil
+}
+
+// appliedMeta is the metadata Stage applied to a staged file.
+type appliedMeta struct {
+	entry  index.Entry
+	xattrs []index.Xattr
+}
+
+// matches reports whether m is what setMetaFd applies for e with xattrs.
+func (m *appliedMeta) matches(e *index.Entry, xattrs []index.Xattr) bool {
+	if m == nil {
+		return false
+	}
+	a := &m.entry
+	return a.Mode == e.Mode && a.UID == e.UID && a.GID == e.GID &&
+		a.MTime == e.MTime && a.ATime == e.ATime && slices.Equal(m.xattrs, xattrs)
 }
 
 // createTmp creates (or truncates) name in dirfd for writing, with mode
@@ -690,6 +766,9 @@ func (j *Job) Close() error {
 		}
 		if j.jr != nil {
 			j.jr.Close()
+		}
+		for _, wf := range j.staged {
+			wf.close() // unnamed staged files Run did not take
 		}
 		for _, fd := range j.dirfd {
 			if fd >= 0 && int(fd) != j.rootFd {

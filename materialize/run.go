@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,13 +43,18 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 		return err
 	}
 	// Directories are made while the first spans are fetched and
-	// decoded; writers wait for them (waitDirs).
+	// decoded; a writer waits for the directory it needs (waitDir).
 	j.dirsReady = make(chan struct{})
 	go func() {
 		defer close(j.dirsReady)
-		if err := j.makeDirs(ix); err != nil {
+		err := j.makeDirs(ix)
+		if err != nil {
 			j.fail(err)
 		}
+		j.dirsMu.Lock()
+		j.dirsStopped = true
+		j.dirsMu.Unlock()
+		j.dirsCond.Broadcast()
 	}()
 	defer func() { <-j.dirsReady }()
 	// Staged data must be complete before it is moved into place.
@@ -65,7 +71,8 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 	if err := j.writeAll(ix, v, spans); err != nil {
 		return err
 	}
-	if err := j.waitDirs(); err != nil {
+	<-j.dirsReady
+	if err := j.failure(); err != nil {
 		return err
 	}
 	return j.finish(ix)
@@ -110,22 +117,47 @@ func (j *Job) planDirs(ix *index.Index) error {
 			queue = append(queue, c.ID)
 		}
 	}
-	j.dirs = queue[1:]
-	return nil
-}
-
-// makeDirs makes the directories planDirs listed, parents first, and
-// keeps each open. Other goroutines use dirfd and dirPlain after
-// waitDirs.
-func (j *Job) makeDirs(ix *index.Index) error {
-	j.dirfd = make([]int32, ix.Len())
+	// Made in archive (EntryID) order where parents come first in it,
+	// as they do in an index Build made, so that makeDirs keeps ahead
+	// of the writers, which go in archive order; else level by level.
+	j.dirs = slices.Clone(queue[1:])
+	slices.Sort(j.dirs)
+	if !j.placeDirs(ix) {
+		j.dirs = queue[1:]
+		j.placeDirs(ix)
+	}
+	j.dirfd = make([]int32, n)
 	for i := range j.dirfd {
 		j.dirfd[i] = -1
 	}
 	j.dirfd[index.RootID] = int32(j.rootFd)
-	j.dirPlain = make([]bool, ix.Len())
+	j.dirPlain = make([]bool, n)
 	j.dirPlain[index.RootID] = j.rootPlain
-	for _, id := range j.dirs {
+	j.dirsCond.L = &j.dirsMu
+	return nil
+}
+
+// placeDirs sets dirPos from the order of dirs and reports whether every
+// directory comes after its parent.
+func (j *Job) placeDirs(ix *index.Index) bool {
+	j.dirPos = make([]int32, ix.Len())
+	for i := range j.dirPos {
+		j.dirPos[i] = -1
+	}
+	for k, id := range j.dirs {
+		if p := ix.Entry(id).Parent; p != index.RootID && j.dirPos[p] < 0 {
+			return false
+		}
+		j.dirPos[id] = int32(k)
+	}
+	return true
+}
+
+// makeDirs makes the directories planDirs listed, parents first, and
+// keeps each open. Other goroutines use a directory's dirfd and dirPlain
+// after waitDir.
+func (j *Job) makeDirs(ix *index.Index) error {
+	for k, id := range j.dirs {
 		if j.ctx.Err() != nil {
 			return j.failure()
 		}
@@ -137,18 +169,34 @@ func (j *Job) makeDirs(ix *index.Index) error {
 		j.dirfd[id] = int32(fd)
 		j.dirPlain[id] = made && j.dirPlain[e.Parent]
 		j.prog.Entries.Add(1)
+		j.dirsMu.Lock()
+		j.dirsMade.Store(int32(k + 1))
+		j.dirsMu.Unlock()
+		j.dirsCond.Broadcast()
 	}
 	return nil
 }
 
-// waitDirs waits until makeDirs is done; it fails when the job does.
-func (j *Job) waitDirs() error {
-	select {
-	case <-j.dirsReady:
-		return j.failure()
-	case <-j.ctx.Done():
-		return j.failure()
+// waitDir waits until directory id is made (at once for the root and
+// for entries makeDirs does not make); it fails when makeDirs stopped
+// before it.
+func (j *Job) waitDir(id index.EntryID) error {
+	pos := j.dirPos[id]
+	if j.dirsMade.Load() > pos {
+		return nil
 	}
+	j.dirsMu.Lock()
+	for j.dirsMade.Load() <= pos && !j.dirsStopped {
+		j.dirsCond.Wait()
+	}
+	j.dirsMu.Unlock()
+	if j.dirsMade.Load() > pos {
+		return nil
+	}
+	if err := j.failure(); err != nil {
+		return err
+	}
+	return fmt.Errorf("materialize: directory %d was not made", id)
 }
 
 // parentFd returns the open directory that holds the first name of e.
@@ -198,7 +246,9 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 		j.stageMu.Unlock()
 		switch {
 		case sf != nil && stored > 0:
-			wf.tmp, wf.dir, wf.staged, wf.made = sf.tmp, sf.dir, true, sf.made
+			wf.tmp, wf.dir, wf.meta = sf.tmp, sf.dir, sf.meta
+			wf.staged, wf.anon = !sf.anon, sf.anon
+			wf.fd, sf.fd = sf.fd, -1 // an unnamed one is still open
 			wf.opener = func(w *wfile) (int, error) {
 				fd, err := unix.Openat(w.dir, w.tmp, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 				if err != nil {
@@ -260,7 +310,7 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 // Creating with O_TMPFILE and linking costs less than a named temporary
 // file and a rename (which looks up and edits the directory twice).
 func (j *Job) createFile(w *wfile, e *index.Entry) (int, error) {
-	if err := j.waitDirs(); err != nil {
+	if err := j.waitDir(e.Parent); err != nil {
 		return -1, err
 	}
 	if !j.noTmpfile.Load() {
@@ -373,19 +423,26 @@ func (j *Job) writeSpans(spans Spans, segs []segment) error {
 // finishFile applies the metadata of a fully written file, moves it into
 // place, makes its other names and journals it.
 func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
-	if err := j.waitDirs(); err != nil {
-		return err
-	}
 	id := wf.id
 	e := ix.Entry(id)
-	fd, err := wf.file()
-	if err != nil {
+	if err := j.waitDir(e.Parent); err != nil {
 		return err
 	}
 	p := j.pathOf(ix, id)
 	defer wf.close()
-	if err := setMetaFd(fd, e, ix.Xattrs(id), j.meta, wf.made, j.warn, p); err != nil {
-		return err
+	fd := -1
+	xattrs := ix.Xattrs(id)
+	needMeta := !wf.meta.matches(e, xattrs)
+	if needMeta || wf.anon {
+		var err error
+		if fd, err = wf.file(); err != nil {
+			return err
+		}
+	}
+	if needMeta {
+		if err := setMetaFd(fd, e, xattrs, j.meta, wf.made, j.warn, p); err != nil {
+			return err
+		}
 	}
 	pfd, err := j.parentFd(ix, id, e)
 	if err != nil {
@@ -441,6 +498,9 @@ func (j *Job) place(w *wfile, fd, dirfd int, name string) error {
 // linkNames makes the other names of id (hard links to its first name).
 func (j *Job) linkNames(ix *index.Index, id index.EntryID, e *index.Entry, pfd int) error {
 	for k, n := range j.extra[id] {
+		if err := j.waitDir(n.dir); err != nil {
+			return err
+		}
 		dfd := j.dirfd[n.dir]
 		if dfd < 0 {
 			continue
@@ -456,7 +516,7 @@ func (j *Job) linkNames(ix *index.Index, id index.EntryID, e *index.Entry, pfd i
 // writeSpecial makes a symlink, fifo or device in the tmp directory with
 // its metadata and moves it into place.
 func (j *Job) writeSpecial(ix *index.Index, id index.EntryID, e *index.Entry) error {
-	if err := j.waitDirs(); err != nil {
+	if err := j.waitDir(e.Parent); err != nil {
 		return err
 	}
 	p := j.pathOf(ix, id)

@@ -179,10 +179,10 @@ func TestExtractKill9Resumes(t *testing.T) {
 	t.Run("one-pass", func(t *testing.T) {
 		dir := filepath.Join(work, "cold")
 		cache := filepath.Join(work, "cache-cold")
-		tmp := filepath.Join(dir, ".tarmount-partial", "tmp")
+		// Killed in the middle of the pass, with files staged (unnamed,
+		// so they vanish with the process).
 		kill(t, url, dir, []string{"--cache-dir", cache}, func() bool {
-			staged, _ := filepath.Glob(filepath.Join(tmp, "*", "s*"))
-			return len(staged) > 50
+			return h.Stats().Bytes > st.Size()/3
 		})
 		if _, err := os.Stat(filepath.Join(dir, ".tarmount-partial")); err != nil {
 			t.Fatalf("no state left by the killed run: %v", err)

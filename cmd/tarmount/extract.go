@@ -147,10 +147,17 @@ func extractCmd(ctx context.Context, url, dir string, c *config, log *slog.Logge
 			return fmt.Errorf("extract %s: %w", src, err)
 		}
 		consumed.Store(size)
+		// Saved while the files are placed: nothing waits for it but
+		// the exit.
 		cached := cachePath(c.cacheDir, src.String(), src.Identity())
-		if err := ix.Save(cached); err != nil {
-			log.Warn("could not save index", "path", cached, "err", err)
-		}
+		saved := make(chan struct{})
+		go func() {
+			defer close(saved)
+			if err := ix.Save(cached); err != nil {
+				log.Warn("could not save index", "path", cached, "err", err)
+			}
+		}()
+		defer func() { <-saved }()
 	}
 	err = job.Run(ctx, ix, spans)
 	stop()
