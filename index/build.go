@@ -355,10 +355,10 @@ func (b *builder) report() {
 	}
 }
 
-// cleanName turns a member name into a path relative to the root, as tar -x
-// does: leading slashes and "." components are dropped. Names with ".."
-// components are refused.
-func cleanName(name string) (string, bool) {
+// CleanName turns a member name into the path relative to the root where
+// the index puts it, as tar -x does: leading slashes and "." components
+// are dropped. Names with ".." components are refused (false).
+func CleanName(name string) (string, bool) {
 	parts := strings.Split(name, "/")
 	out := parts[:0]
 	for _, p := range parts {
@@ -437,7 +437,7 @@ func HeaderXattrs(h *tarscan.Header) []Xattr {
 }
 
 func (b *builder) add(h *tarscan.Header) error {
-	name, ok := cleanName(h.Name)
+	name, ok := CleanName(h.Name)
 	if !ok {
 		b.skip("name contains ..", h.Name)
 		return nil
@@ -517,7 +517,7 @@ func (b *builder) parentDir(name string, mtime int64) (EntryID, bool) {
 }
 
 func (b *builder) addLink(name string, h *tarscan.Header) error {
-	target, ok := cleanName(h.Linkname)
+	target, ok := CleanName(h.Linkname)
 	if !ok {
 		b.skip("hard link target contains ..", h.Name)
 		return nil

@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/tests/treecmp"
 )
 
 func TestCreatePerm(t *testing.T) {
@@ -168,5 +171,62 @@ func TestNoTmpfile(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, stateDirName)); !os.IsNotExist(err) {
 		t.Errorf("%s left behind: %v", stateDirName, err)
+	}
+}
+
+// TestEarlyPlacementConflicts extracts archives whose members clash by
+// name in both modes: the one-pass mode places files while it stages
+// them, the indexed mode only from the index; both trees must be the same.
+func TestEarlyPlacementConflicts(t *testing.T) {
+	tests := []struct {
+		name    string
+		members []tarMember
+	}{
+		{"duplicate file", []tarMember{
+			{name: "x", body: "first"}, {name: "x", body: "second"},
+		}},
+		{"same name spelled twice", []tarMember{
+			{name: "./f", body: "dot"}, {name: "f", body: "plain"}, {name: "/g", body: "abs"},
+		}},
+		{"file then directory", []tarMember{
+			{name: "d", body: "file"}, {name: "d/", typ: tar.TypeDir}, {name: "d/f", body: "in d"},
+		}},
+		{"directory then file", []tarMember{
+			{name: "d/", typ: tar.TypeDir}, {name: "d/f", body: "in d"}, {name: "d", body: "file over dir"},
+		}},
+		{"symlink then file below it", []tarMember{
+			{name: "t/", typ: tar.TypeDir}, {name: "a", link: "t", typ: tar.TypeSymlink}, {name: "a/b", body: "through a"},
+		}},
+		{"hard link then its target again", []tarMember{
+			{name: "x", body: "one"}, {name: "y", link: "x", typ: tar.TypeLink}, {name: "x", body: "two"},
+		}},
+		{"implicit directories", []tarMember{
+			{name: "p/q/r/s/f", body: "deep"}, {name: "p/q/", typ: tar.TypeDir, mode: 0o750},
+		}},
+		{"reserved name", []tarMember{
+			{name: stateDirName + "/journal", body: "not ours"}, {name: "ok", body: "ok"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			work := t.TempDir()
+			archive := filepath.Join(work, "a.tar")
+			writeTar(t, archive, tt.members, false)
+			indexed, cold := filepath.Join(work, "indexed"), filepath.Join(work, "cold")
+			if _, err := extract(t, archive, indexed, false, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := extract(t, archive, cold, true, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			// DIR itself is no member: its mtime is the job's.
+			now := time.Now()
+			for _, d := range []string{indexed, cold} {
+				if err := os.Chtimes(d, now, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			treecmp.Compare(t, indexed, cold, treecmp.Options{})
+		})
 	}
 }

@@ -167,6 +167,9 @@ type Job struct {
 	// stageFdBudget (set by Open from RLIMIT_NOFILE) they are named.
 	stageFds      atomic.Int64
 	stageFdBudget int64
+	// early holds the directories Stage made or opened, by path (only
+	// the goroutine calling Stage uses it; Run closes them).
+	early map[string]earlyDir
 
 	// set by Run, read by OpenLocal
 	view atomic.Pointer[view]
@@ -248,7 +251,7 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		prog = &Progress{}
 	}
 	j := &Job{dir: abs, key: key, opts: opts, log: log, prog: prog, rootFd: -1, stateFd: -1, tmpFd: -1,
-		meta: metaOpts{chown: os.Geteuid() == 0, uid: os.Geteuid(), gid: os.Getegid(), umask: processUmask()}, staged: map[int64]*wfile{}, notes: map[string]*note{},
+		meta: metaOpts{chown: os.Geteuid() == 0, uid: os.Geteuid(), gid: os.Getegid(), umask: processUmask()}, staged: map[int64]*wfile{}, early: map[string]earlyDir{}, notes: map[string]*note{},
 		memory: opts.MemoryBytes, sem: semaphore.NewWeighted(opts.MemoryBytes)}
 	j.ctx, j.cancel = context.WithCancel(context.Background())
 	for i := range j.stageDirs {
@@ -402,12 +405,7 @@ func (j *Job) submit(fn func() error) error {
 // to decode (empty, or staged whole by a one-pass extraction).
 func (j *Job) submitWhole(wf *wfile) error {
 	wf.pending.Store(1)
-	return j.submit(func() error {
-		if _, err := wf.file(); err != nil {
-			return err
-		}
-		return wf.pieceDone()
-	})
+	return j.submit(wf.pieceDone)
 }
 
 // failure returns the job's first error, or its context's.
@@ -497,38 +495,49 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 	if j.complete || h.Typeflag != tarscan.TypeReg || h.StoredSize <= 0 {
 		return nil
 	}
-	perm, mk := j.meta.createPerm(uint32(h.Mode), j.rootPlain)
-	wf := &wfile{size: h.Size, sparse: h.Sparse != nil, made: mk, fd: -1}
-	if j.stageFds.Add(1) <= j.stageFdBudget && !j.noTmpfile.Load() {
+	wf := &wfile{size: h.Size, sparse: h.Sparse != nil, fd: -1}
+	off := h.DataOffset
+	var perm uint32
+	switch dir, base, p, ok := j.earlyPlace(h.Name); {
+	case ok && !j.noTmpfile.Load():
+		// Written in its own directory, unnamed, and linked under its
+		// name once complete: Run only has to check it.
+		perm, wf.made = j.meta.createPerm(uint32(h.Mode), dir.plain)
+		wf.dir, wf.anon, wf.early, wf.path = dir.fd, true, base, p
+	case j.stageFds.Add(1) <= j.stageFdBudget && !j.noTmpfile.Load():
 		// Unnamed, in the tmp directory, and kept open until Run
 		// links it into place: no directory entry to make or remove.
+		perm, wf.made = j.meta.createPerm(uint32(h.Mode), j.rootPlain)
 		wf.dir, wf.anon = j.tmpFd, true
-		wf.opener = func(w *wfile) (int, error) {
-			fd, err := unix.Openat(w.dir, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
-			if err == unix.EOPNOTSUPP || err == unix.EISDIR || err == unix.EINVAL {
-				j.noTmpfile.Store(true)
-				w.anon, w.tmp = false, fmt.Sprintf("s%x", h.DataOffset)
-				if w.dir, err = j.stageDir(int((h.DataOffset >> 9) % stageBuckets)); err != nil {
-					return -1, err
-				}
-				return createTmp(w.dir, w.tmp, perm, w.size, w.sparse)
-			}
-			if err != nil {
-				return -1, fmt.Errorf("create a staged file: %w", err)
-			}
-			if err := presize(fd, w.size, w.sparse); err != nil {
-				unix.Close(fd)
-				return -1, err
-			}
-			return fd, nil
-		}
-	} else {
-		dir, err := j.stageDir(int((h.DataOffset >> 9) % stageBuckets))
+	default:
+		perm, wf.made = j.meta.createPerm(uint32(h.Mode), j.rootPlain)
+		dir, err := j.stageDir(stageBucket(off))
 		if err != nil {
 			return err
 		}
-		wf.dir, wf.tmp = dir, fmt.Sprintf("s%x", h.DataOffset)
-		wf.opener = func(w *wfile) (int, error) { return createTmp(w.dir, w.tmp, perm, w.size, w.sparse) }
+		wf.dir, wf.tmp = dir, stagedName(off)
+	}
+	wf.opener = func(w *wfile) (int, error) {
+		if !w.anon {
+			return createTmp(w.dir, w.tmp, perm, w.size, w.sparse)
+		}
+		fd, err := unix.Openat(w.dir, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
+		if err == unix.EOPNOTSUPP || err == unix.EISDIR || err == unix.EINVAL {
+			j.noTmpfile.Store(true)
+			w.anon, w.early, w.tmp = false, "", stagedName(off)
+			if w.dir, err = j.stageDir(stageBucket(off)); err != nil {
+				return -1, err
+			}
+			return createTmp(w.dir, w.tmp, perm, w.size, w.sparse)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("create a staged file: %w", err)
+		}
+		if err := presize(fd, w.size, w.sparse); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		return fd, nil
 	}
 	// The metadata goes on at once, from the header: Run then only
 	// links the file into place when the index says the same.
@@ -542,6 +551,9 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 		}
 		if err == nil {
 			wf.meta = meta
+		}
+		if err == nil && wf.early != "" {
+			err = j.placeEarly(wf, fd, off)
 		}
 		if wf.anon && err == nil {
 			return nil // kept open for Run
@@ -594,6 +606,103 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 	return wf.pieceDone()
 }
 
+// earlyDir is a directory a one-pass job made (or found) while staging.
+type earlyDir struct {
+	fd    int  // -1: files below it are not placed early
+	plain bool // made by this job in a plain directory (plainDir)
+}
+
+// earlyPlace returns where a member named member goes in DIR, for Stage to
+// write it there at once: its directory (made as needed), its name and
+// its path as the index has it (index.CleanName). It returns false when
+// the member cannot be placed early: a refused name, a directory that
+// cannot be made without removing something in the way, or too many
+// directories open. Only Stage calls it.
+func (j *Job) earlyPlace(member string) (dir earlyDir, base, p string, ok bool) {
+	p, ok = index.CleanName(member)
+	if !ok || p == "" {
+		return earlyDir{}, "", "", false
+	}
+	parent, base := "", p
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		parent, base = p[:i], p[i+1:]
+	}
+	if !validName(base) || (parent == "" && base == stateDirName) {
+		return earlyDir{}, "", "", false
+	}
+	dir = j.earlyDir(parent)
+	return dir, base, p, dir.fd >= 0
+}
+
+// earlyDir returns directory p of DIR, making it (mode 0700, as Run does)
+// and its parents when missing. It never removes anything and never
+// follows a symbolic link: whatever is in the way makes it fail (fd -1).
+func (j *Job) earlyDir(p string) earlyDir {
+	if p == "" {
+		return earlyDir{j.rootFd, j.rootPlain}
+	}
+	if d, ok := j.early[p]; ok {
+		return d
+	}
+	d := earlyDir{fd: -1}
+	parentPath, base := "", p
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		parentPath, base = p[:i], p[i+1:]
+	}
+	if len(j.early) < int(j.stageFdBudget/2) && validName(base) && !(parentPath == "" && base == stateDirName) {
+		if parent := j.earlyDir(parentPath); parent.fd >= 0 {
+			err := unix.Mkdirat(parent.fd, base, 0o700)
+			if err == nil || err == unix.EEXIST {
+				if fd, oerr := openDirBeneath(parent.fd, base); oerr == nil {
+					d = earlyDir{fd: fd, plain: err == nil && parent.plain}
+				}
+			}
+		}
+	}
+	j.early[p] = d
+	return d
+}
+
+// closeEarly closes the directories Stage opened.
+func (j *Job) closeEarly() {
+	for p, d := range j.early {
+		if d.fd >= 0 {
+			unix.Close(d.fd)
+		}
+		delete(j.early, p)
+	}
+}
+
+// placeEarly links the complete staged file wf, open at fd, under its
+// name. When the name is taken (a member listed twice, an earlier run's
+// file), the file stays staged for Run, which replaces what is there if
+// the index says so.
+func (j *Job) placeEarly(wf *wfile, fd int, off int64) error {
+	err := linkFd(fd, wf.dir, wf.early)
+	if err == nil {
+		wf.placed = true
+		wf.anon = false // closed now
+		return nil
+	}
+	if err != unix.EEXIST {
+		return err
+	}
+	wf.early, wf.path = "", ""
+	if j.stageFds.Add(1) <= j.stageFdBudget {
+		return nil // kept open, unnamed
+	}
+	dir, err := j.stageDir(stageBucket(off))
+	if err != nil {
+		return err
+	}
+	wf.anon, wf.dir, wf.tmp = false, dir, stagedName(off)
+	unix.Unlinkat(dir, wf.tmp, 0)
+	return linkFd(fd, dir, wf.tmp)
+}
+
+func stageBucket(off int64) int   { return int((off >> 9) % stageBuckets) }
+func stagedName(off int64) string { return fmt.Sprintf("s%x", off) }
+
 // piece is file data at a logical offset.
 type piece struct {
 	at   int64
@@ -632,6 +741,9 @@ type wfile struct {
 	sparse  bool
 	staged  bool                      // named tmp in a stage directory (by Stage or a writer): placed by a link and an unlink
 	anon    bool                      // unnamed (O_TMPFILE) in dir: placed by linking its descriptor
+	early   string                    // Stage links it under this name in dir once complete
+	path    string                    // its path in DIR (index.CleanName) when early
+	placed  bool                      // in place under its name, by Stage
 	meta    *appliedMeta              // metadata already applied (by Stage), nil if none
 	made    made                      // what creating it set (for setMetaFd)
 	pending atomic.Int64              // pieces not yet written (+1 while more may come)
@@ -722,6 +834,10 @@ func presize(fd int, size int64, sparse bool) error {
 func (j *Job) stageDir(i int) (int, error) {
 	j.stageMu.Lock()
 	defer j.stageMu.Unlock()
+	return j.stageDirLocked(i)
+}
+
+func (j *Job) stageDirLocked(i int) (int, error) {
 	if j.stageDirs[i] < 0 {
 		fd, err := mkdirBeneath(j.tmpFd, fmt.Sprintf("b%02x", i))
 		if err != nil {
@@ -770,6 +886,7 @@ func (j *Job) Close() error {
 		for _, wf := range j.staged {
 			wf.close() // unnamed staged files Run did not take
 		}
+		j.closeEarly()
 		for _, fd := range j.dirfd {
 			if fd >= 0 && int(fd) != j.rootFd {
 				unix.Close(int(fd))

@@ -3,6 +3,7 @@ package materialize
 import (
 	"context"
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"sort"
@@ -39,7 +40,22 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 	}
 	j.view.Store(v)
 
+	// Staged data must be complete before it is moved into place.
+	staged := make(chan struct{})
+	go func() {
+		j.stageWG.Wait()
+		close(staged)
+	}()
+	select {
+	case <-staged:
+	case <-j.ctx.Done():
+		return j.failure()
+	}
+	j.closeEarly()
 	if err := j.planDirs(ix); err != nil {
+		return err
+	}
+	if err := j.unplace(ix); err != nil {
 		return err
 	}
 	// Directories are made while the first spans are fetched and
@@ -57,17 +73,6 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 		j.dirsCond.Broadcast()
 	}()
 	defer func() { <-j.dirsReady }()
-	// Staged data must be complete before it is moved into place.
-	staged := make(chan struct{})
-	go func() {
-		j.stageWG.Wait()
-		close(staged)
-	}()
-	select {
-	case <-staged:
-	case <-j.ctx.Done():
-		return j.failure()
-	}
 	if err := j.writeAll(ix, v, spans); err != nil {
 		return err
 	}
@@ -76,6 +81,47 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 		return err
 	}
 	return j.finish(ix)
+}
+
+// unplace moves back to a stage directory the data of every file Stage
+// placed where the index does not put that member: a member listed again
+// whose first copy lives on under a hard link's name, say. It runs before
+// anything else changes DIR, so the data is still there; the name Stage
+// gave it is removed (the index's entry for that path, if any, is written
+// like any other).
+func (j *Job) unplace(ix *index.Index) error {
+	j.stageMu.Lock()
+	defer j.stageMu.Unlock()
+	for i := 1; i < ix.Len(); i++ {
+		id := index.EntryID(i)
+		e := ix.Entry(id)
+		if e.Type != index.TypeReg {
+			continue
+		}
+		sf := j.staged[int64(e.DataOffset)]
+		if sf == nil || !sf.placed || j.pathOf(ix, id) == sf.path {
+			continue
+		}
+		f, err := j.root.OpenFile(sf.path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("reopen %s: %w", sf.path, err)
+		}
+		off := int64(e.DataOffset)
+		dir, err := j.stageDirLocked(stageBucket(off))
+		if err == nil {
+			unix.Unlinkat(dir, stagedName(off), 0)
+			err = linkFd(int(f.Fd()), dir, stagedName(off))
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("stage %s again: %w", sf.path, err)
+		}
+		if err := j.root.Remove(sf.path); err != nil {
+			return fmt.Errorf("remove %s: %w", sf.path, err)
+		}
+		sf.placed, sf.staged, sf.dir, sf.tmp, sf.path = false, true, dir, stagedName(off), ""
+	}
+	return nil
 }
 
 // planDirs walks the tree of ix from the root, without touching DIR: it
@@ -245,6 +291,17 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 		sf := j.staged[int64(e.DataOffset)]
 		j.stageMu.Unlock()
 		switch {
+		case sf != nil && sf.placed:
+			// Already in place, by Stage (unplace saw to the path).
+			wf.placed, wf.meta = true, sf.meta
+			wf.opener = func(w *wfile) (int, error) {
+				fd, err := unix.Openat(int(j.dirfd[e.Parent]), e.Name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+				if err != nil {
+					return -1, fmt.Errorf("open %s: %w", w.path, err)
+				}
+				return fd, nil
+			}
+			wholes = append(wholes, wf)
 		case sf != nil && stored > 0:
 			wf.tmp, wf.dir, wf.meta = sf.tmp, sf.dir, sf.meta
 			wf.staged, wf.anon = !sf.anon, sf.anon
@@ -429,12 +486,15 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 		return err
 	}
 	p := j.pathOf(ix, id)
+	pfd, err := j.parentFd(ix, id, e)
+	if err != nil {
+		return err
+	}
 	defer wf.close()
 	fd := -1
 	xattrs := ix.Xattrs(id)
 	needMeta := !wf.meta.matches(e, xattrs)
 	if needMeta || wf.anon {
-		var err error
 		if fd, err = wf.file(); err != nil {
 			return err
 		}
@@ -444,12 +504,10 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 			return err
 		}
 	}
-	pfd, err := j.parentFd(ix, id, e)
-	if err != nil {
-		return err
-	}
-	if err := j.place(wf, fd, pfd, e.Name); err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+	if !wf.placed {
+		if err := j.place(wf, fd, pfd, e.Name); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
 	}
 	if err := wf.close(); err != nil {
 		return fmt.Errorf("close %s: %w", p, err)
