@@ -154,23 +154,25 @@ func TestNoTmpfile(t *testing.T) {
 		{name: "d/h", link: "d/f", typ: tar.TypeLink},
 	}
 	writeTar(t, archive, members, true)
-	out := filepath.Join(work, "out")
-	_, err := extractWith(t, archive, out, false, Options{}, func(j *Job) { j.noTmpfile.Store(true) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[string]string{"d/f": "file f", "d/x": "#!/bin/sh\n", "e": "", "d/h": "file f"} {
-		if b, err := os.ReadFile(filepath.Join(out, p)); err != nil || string(b) != want {
-			t.Errorf("%s: got %q, %v; want %q", p, b, err, want)
+	for _, cold := range []bool{false, true} {
+		out := filepath.Join(work, map[bool]string{false: "indexed", true: "cold"}[cold])
+		_, err := extractWith(t, archive, out, cold, Options{}, func(j *Job) { j.noTmpfile.Store(true) })
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for p, want := range map[string]os.FileMode{"d/f": 0o640, "d/x": 0o755} {
-		if fi, err := os.Stat(filepath.Join(out, p)); err != nil || fi.Mode().Perm() != want {
-			t.Errorf("%s: mode %v, %v; want %v", p, fi.Mode().Perm(), err, want)
+		for p, want := range map[string]string{"d/f": "file f", "d/x": "#!/bin/sh\n", "e": "", "d/h": "file f"} {
+			if b, err := os.ReadFile(filepath.Join(out, p)); err != nil || string(b) != want {
+				t.Errorf("cold=%v %s: got %q, %v; want %q", cold, p, b, err, want)
+			}
 		}
-	}
-	if _, err := os.Stat(filepath.Join(out, stateDirName)); !os.IsNotExist(err) {
-		t.Errorf("%s left behind: %v", stateDirName, err)
+		for p, want := range map[string]os.FileMode{"d/f": 0o640, "d/x": 0o755} {
+			if fi, err := os.Stat(filepath.Join(out, p)); err != nil || fi.Mode().Perm() != want {
+				t.Errorf("cold=%v %s: mode %v, %v; want %v", cold, p, fi.Mode().Perm(), err, want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(out, stateDirName)); !os.IsNotExist(err) {
+			t.Errorf("cold=%v: %s left behind: %v", cold, stateDirName, err)
+		}
 	}
 }
 

@@ -165,23 +165,15 @@ settle() {
 	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
 }
 
-# Trees of earlier runs are moved aside, not deleted, until a dataset's
-# runs are over: ext4 checks every inode freed in the last seconds when it
-# allocates one (recently_deleted under ext4_create), so a run that starts
-# right after a 200k-file tree was deleted pays for it (tarmount's
-# one-pass extraction of small.tar.gz: 18 s after a fresh rm -rf, 8.6 s
-# without one). Each dataset ends by deleting its trees and waiting for
-# that window to pass.
+# Trees of earlier runs are moved aside, not deleted, until every run is
+# over: file creation right after a large deletion is slow here for
+# minutes, not seconds (tarmount's one-pass extraction of small.tar.gz:
+# 18 s after a fresh rm -rf, 8.6 s without one; after deleting some 70 GB
+# of trees, the Go tree's extraction took twice the system time for over
+# ten minutes). So the trees stay until the exit (about 4 GB per dataset
+# and 3 runs of each tool).
 TRASH="$WORK/trash"
 trash_n=0
-
-# clear_trash deletes the moved-aside trees and lets ext4 forget them.
-clear_trash() {
-	[[ -d "$TRASH" ]] || return 0
-	rm -rf "$TRASH"
-	sync
-	sleep 40
-}
 
 # timed NAME DATASET CMD...: one timed run of CMD (after an untimed sync)
 # into a fresh $DEST; appends "dataset tool seconds" to $TSV.
@@ -274,8 +266,7 @@ for ds in $DATASETS; do
 		done
 	done
 	rm -rf "$WORK/cache"
-	[[ -e "$DEST" ]] && mv "$DEST" "$TRASH/last"
-	clear_trash
+	[[ -e "$DEST" ]] && mv "$DEST" "$TRASH/$ds.last"
 done
 
 # ------------------------------------------------------------------ table
