@@ -173,6 +173,7 @@ type Job struct {
 	// set by Run before tasks start
 	dirs     []index.EntryID // the directories to make, parents first
 	dirReach []bool          // by EntryID: a directory reachable from DIR by valid names
+	refused  []bool          // by EntryID: an entry whose first name planDirs refused
 	dirPos   []int32         // by EntryID: a directory's place in dirs, -1 for others
 	// set by makeDirs, read by others after waitDir
 	dirsReady   chan struct{} // closed when makeDirs returned
@@ -473,9 +474,20 @@ func (j *Job) Screen(h *tarscan.Header) {
 			j.noteOnce("hard links with an absolute target (taken relative to DIR)", h.Name, nil)
 		}
 	}
-	if first, _, _ := strings.Cut(strings.TrimLeft(h.Name, "/"), "/"); first == stateDirName {
+	if first := firstComponent(h.Name); first == stateDirName {
 		j.noteOnce("members named "+stateDirName+" (reserved, refused)", h.Name, nil)
 	}
+}
+
+// firstComponent returns the first component of p other than "" and
+// ".": the name p takes at the top of DIR.
+func firstComponent(p string) string {
+	for c := range strings.SplitSeq(p, "/") {
+		if c != "" && c != "." {
+			return c
+		}
+	}
+	return ""
 }
 
 func hasDotDot(p string) bool {

@@ -86,6 +86,7 @@ func (j *Job) planDirs(ix *index.Index) error {
 	n := ix.Len()
 	j.dirReach = make([]bool, n)
 	j.dirReach[index.RootID] = true
+	j.refused = make([]bool, n)
 	j.dirs = j.dirs[:0]
 	j.extra = map[index.EntryID][]name{}
 	queue := []index.EntryID{index.RootID}
@@ -98,6 +99,10 @@ func (j *Job) planDirs(ix *index.Index) error {
 			}
 			if !validName(c.Name) || (d == index.RootID && c.Name == stateDirName) {
 				j.noteOnce("names that are not one path component or are reserved (refused)", c.Name, nil)
+				if e.Parent == d && e.Name == c.Name {
+					// Its other names (hard links), if any, go too.
+					j.refused[c.ID] = true
+				}
 				continue
 			}
 			if e.Parent != d || e.Name != c.Name {
@@ -225,8 +230,8 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 	for i := 1; i < ix.Len(); i++ {
 		id := index.EntryID(i)
 		e := ix.Entry(id)
-		if e.Type == index.TypeDir || !j.dirReach[e.Parent] {
-			continue // unreachable or refused parent: nothing to write
+		if e.Type == index.TypeDir || !j.dirReach[e.Parent] || j.refused[id] {
+			continue // refused, or unreachable or refused parent: nothing to write
 		}
 		if e.Type != index.TypeReg {
 			specials = append(specials, id)
