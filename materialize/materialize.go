@@ -550,7 +550,7 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 		defer j.stageWG.Done()
 		fd, err := wf.file()
 		if err == nil {
-			err = setMetaFd(fd, &meta.entry, meta.xattrs, j.meta, wf.made, j.warn, name)
+			err = setMetaFd(fd, &meta.entry, meta.xattrs, j.meta, wf.made, j.warn, constPath(name))
 		}
 		if err == nil {
 			wf.meta = meta

@@ -445,7 +445,7 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 		}
 	}
 	if needMeta {
-		if err := setMetaFd(fd, e, xattrs, j.meta, wf.made, j.warn, p); err != nil {
+		if err := setMetaFd(fd, e, xattrs, j.meta, wf.made, j.warn, constPath(p)); err != nil {
 			return err
 		}
 	}
@@ -588,7 +588,10 @@ func (j *Job) finish(ix *index.Index) error {
 		if fd := j.dirfd[id]; fd >= 0 {
 			// A directory this job made is the job's, with mode 0700.
 			mk := made{ok: j.dirPlain[id], mode: 0o700 &^ j.meta.umask}
-			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, j.pathOf(ix, id)); err != nil {
+			// The path only for a message: one per directory of a deep
+			// tree would cost its depth squared.
+			p := func() string { return j.pathOf(ix, id) }
+			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, p); err != nil {
 				return err
 			}
 		}
@@ -604,7 +607,7 @@ func (j *Job) finish(ix *index.Index) error {
 		return fmt.Errorf("remove %s: %w", stateDirName, err)
 	}
 	if root := ix.Entry(index.RootID); hasRootMember(root, ix.Xattrs(index.RootID)) {
-		if err := setMetaFd(j.rootFd, root, ix.Xattrs(index.RootID), j.meta, made{}, j.warn, "."); err != nil {
+		if err := setMetaFd(j.rootFd, root, ix.Xattrs(index.RootID), j.meta, made{}, j.warn, constPath(".")); err != nil {
 			return err
 		}
 	}

@@ -242,7 +242,9 @@ func walk(ix *index.Index, p string, dir index.EntryID, fn func(p string, id ind
 		if p != "" {
 			cp = p + "/" + d.Name
 		}
-		if ix.Entry(d.ID).Type == index.TypeDir && ix.Path(d.ID) == cp {
+		// A directory's own name, not a path: a path per directory
+		// costs a deep tree its depth squared.
+		if e := ix.Entry(d.ID); e.Type == index.TypeDir && e.Parent == dir && e.Name == d.Name {
 			if err := walk(ix, cp, d.ID, fn); err != nil {
 				return err
 			}
