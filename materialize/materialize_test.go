@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,5 +248,69 @@ func TestRefusesForeignDir(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(out, p)); string(b) != want {
 			t.Errorf("%s: got %q, want %q", p, b, want)
 		}
+	}
+}
+
+// TestExtractHostile extracts every hostile.ArchiveCase in one pass: a
+// damaged archive fails the pass with its error and leaves nothing named
+// in DIR but the job's state; a readable one is extracted, in both modes,
+// with its files' bytes and without the names it refuses.
+func TestExtractHostile(t *testing.T) {
+	for _, tc := range hostile.ArchiveCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			archive := filepath.Join(t.TempDir(), "archive")
+			if err := os.WriteFile(archive, tc.Data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.Err != "" {
+				out := filepath.Join(t.TempDir(), "out")
+				j, err := Open(out, "hostile", Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = index.Build(context.Background(), bytes.NewReader(tc.Data), fetch.Identity{Size: int64(len(tc.Data))},
+					index.BuildOptions{Span: 64 << 10, OnMember: j.Stage})
+				j.Close()
+				if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.Err) {
+					t.Errorf("got %v, want an error with %q", err, tc.Err)
+				}
+				ents, _ := os.ReadDir(out)
+				for _, e := range ents {
+					if e.Name() != stateDirName {
+						t.Errorf("the failed pass left %s in DIR", e.Name())
+					}
+				}
+				return
+			}
+			modes := []bool{false, true}
+			if tc.Big {
+				// Deep trees: one mode is enough, none under the race
+				// detector (tens of seconds).
+				if raceEnabled {
+					t.Skip("deep tree: too slow under the race detector")
+				}
+				modes = modes[1:]
+			}
+			for _, cold := range modes {
+				out := filepath.Join(t.TempDir(), "out")
+				if _, err := extract(t, archive, out, cold, Options{}); err != nil {
+					if tc.MayFailExtract != "" && strings.Contains(err.Error(), tc.MayFailExtract) {
+						t.Logf("cold %v: known limit: %.200s", cold, err)
+						continue
+					}
+					t.Fatalf("cold %v: %.2000v", cold, err)
+				}
+				for p, want := range tc.Files {
+					if got, err := os.ReadFile(filepath.Join(out, p)); err != nil || string(got) != want {
+						t.Errorf("cold %v: %s: got %d bytes (%v), want its %d", cold, p, len(got), err, len(want))
+					}
+				}
+				for _, p := range tc.Refused {
+					if _, err := os.Lstat(filepath.Join(out, p)); err == nil {
+						t.Errorf("cold %v: %.40q extracted, want it refused", cold, p)
+					}
+				}
+			}
+		})
 	}
 }

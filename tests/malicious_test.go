@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,13 +53,31 @@ func runBinary(t *testing.T, cred *syscall.Credential, discard bool, args ...str
 	}
 	cmd.Stderr = &stderr
 	start := time.Now()
-	err := cmd.Run()
-	r := ran{stdout: stdout.String(), stderr: stderr.String(), err: err, elapsed: time.Since(start)}
-	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			r.maxRSS = ru.Maxrss << 10
-		}
+	var peak int64
+	err := cmd.Start()
+	if err == nil {
+		// The peak is read from /proc while the process runs: its
+		// rusage's Maxrss also counts this test process's own peak,
+		// which exec (after a vfork) records into the child.
+		exited, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if v := vmHWM(cmd.Process.Pid); v > peak {
+					peak = v
+				}
+				select {
+				case <-exited:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+		err = cmd.Wait()
+		close(exited)
+		<-done
 	}
+	r := ran{stdout: stdout.String(), stderr: stderr.String(), err: err, elapsed: time.Since(start), maxRSS: peak}
 	if ctx.Err() != nil {
 		t.Fatalf("tarmount %s: no result after %v (hung)\n%s", strings.Join(args, " "), runTimeout, tail(r.stderr))
 	}
@@ -69,6 +89,22 @@ func runBinary(t *testing.T, cred *syscall.Credential, discard bool, args ...str
 		t.Fatalf("tarmount %s: Go panic or stack in the output:\n%s", strings.Join(args, " "), tail(r.stderr))
 	}
 	return r
+}
+
+// vmHWM returns the peak resident memory of a running process, 0 once it
+// is gone.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // countWriter counts what is written to it.
