@@ -8,7 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -297,13 +297,24 @@ func (p *peekReader) Discard(n int64) (int64, error) {
 // builder turns scanned headers into entries, as tar -x would lay them out:
 // a later member with the same path replaces an earlier one, parents that
 // have no member of their own are implied, hard links become second names.
+//
+// Names are kept per directory, one component each, so that a member
+// costs the number of its components, however deep: a member of a 1 MiB
+// name of a million components would otherwise make a million paths of
+// up to 1 MiB each.
 type builder struct {
 	ix      *Index
 	log     *slog.Logger
 	entries []bentry
-	byPath  map[string]EntryID // cleaned path -> entry, for every live name
-	full    map[EntryID]bool   // directories that have children
+	names   map[dirName]EntryID // every live name -> entry
+	full    map[EntryID]bool    // directories that have children
 	skips   map[string]skipped
+}
+
+// dirName is one name in a directory.
+type dirName struct {
+	dir  EntryID
+	name string
 }
 
 // bentry is an entry while the index is built.
@@ -323,11 +334,11 @@ func newBuilder(log *slog.Logger) *builder {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &builder{
-		ix:     &Index{},
-		log:    log,
-		byPath: map[string]EntryID{"": RootID},
-		full:   map[EntryID]bool{},
-		skips:  map[string]skipped{},
+		ix:    &Index{},
+		log:   log,
+		names: map[dirName]EntryID{},
+		full:  map[EntryID]bool{},
+		skips: map[string]skipped{},
 	}
 	b.entries = append(b.entries, bentry{Entry: Entry{Type: TypeDir, Mode: 0o755}})
 	return b
@@ -355,22 +366,31 @@ func (b *builder) report() {
 	}
 }
 
-// CleanName turns a member name into the path relative to the root where
-// the index puts it, as tar -x does: leading slashes and "." components
-// are dropped. Names with ".." components are refused (false).
+// CleanName returns the path relative to the root where the index puts a
+// member named name (cleanName's components joined), or false when the
+// index refuses the name.
 func CleanName(name string) (string, bool) {
+	parts, ok := cleanName(name)
+	return strings.Join(parts, "/"), ok
+}
+
+// cleanName turns a member name into the components of a path relative to
+// the root, as tar -x does: leading slashes and "." components are
+// dropped (no components: the root). Names with ".." components are
+// refused.
+func cleanName(name string) ([]string, bool) {
 	parts := strings.Split(name, "/")
 	out := parts[:0]
 	for _, p := range parts {
 		switch p {
 		case "", ".":
 		case "..":
-			return "", false
+			return nil, false
 		default:
 			out = append(out, p)
 		}
 	}
-	return strings.Join(out, "/"), true
+	return out, true
 }
 
 func clampID(v int64) uint32 {
@@ -437,7 +457,7 @@ func HeaderXattrs(h *tarscan.Header) []Xattr {
 }
 
 func (b *builder) add(h *tarscan.Header) error {
-	name, ok := CleanName(h.Name)
+	parts, ok := cleanName(h.Name)
 	if !ok {
 		b.skip("name contains ..", h.Name)
 		return nil
@@ -446,7 +466,7 @@ func (b *builder) add(h *tarscan.Header) error {
 		return errTooManyEntries
 	}
 	if h.Typeflag == tarscan.TypeLink {
-		return b.addLink(name, h)
+		return b.addLink(parts, h)
 	}
 	e := bentry{Entry: HeaderEntry(h), xattrs: HeaderXattrs(h)}
 	if e.Type == TypeReg && h.Sparse != nil {
@@ -455,7 +475,7 @@ func (b *builder) add(h *tarscan.Header) error {
 			e.sparse[i] = SparseChunk{Offset: c.Offset, Length: c.Length}
 		}
 	}
-	if name == "" {
+	if len(parts) == 0 {
 		if e.Type == TypeDir {
 			b.entries[RootID] = e
 		} else {
@@ -463,11 +483,13 @@ func (b *builder) add(h *tarscan.Header) error {
 		}
 		return nil
 	}
-	parent, ok := b.parentDir(name, e.MTime)
+	parent, ok := b.parentDir(parts[:len(parts)-1], e.MTime, h.Name)
 	if !ok {
 		return nil
 	}
-	if old, exists := b.byPath[name]; exists {
+	// A copy: the name is a piece of h.Name, which may be long.
+	key := dirName{parent, strings.Clone(parts[len(parts)-1])}
+	if old, exists := b.names[key]; exists {
 		oe := &b.entries[old]
 		switch {
 		case oe.Type == TypeDir && e.Type == TypeDir:
@@ -481,48 +503,64 @@ func (b *builder) add(h *tarscan.Header) error {
 		}
 	}
 	e.Parent = parent
-	e.Name = path.Base(name)
+	e.Name = key.name
 	id := EntryID(len(b.entries))
 	b.entries = append(b.entries, e)
-	b.byPath[name] = id
+	b.names[key] = id
 	b.full[parent] = true
 	return nil
 }
 
-// parentDir returns the directory that will hold name, creating implied
-// directories. It fails when a component is not a directory.
-func (b *builder) parentDir(name string, mtime int64) (EntryID, bool) {
-	dir := path.Dir(name)
-	if dir == "." {
-		return RootID, true
-	}
-	if id, ok := b.byPath[dir]; ok {
-		if b.entries[id].Type != TypeDir {
+// parentDir returns the directory that holds the components dirs from the
+// root, creating implied directories. It fails when a component is not a
+// directory; name is the member's, for the message.
+func (b *builder) parentDir(dirs []string, mtime int64, name string) (EntryID, bool) {
+	id := RootID
+	for _, c := range dirs {
+		key := dirName{id, c}
+		next, ok := b.names[key]
+		if ok && b.entries[next].Type != TypeDir {
 			b.skip("a parent is not a directory", name)
 			return 0, false
 		}
-		return id, true
+		if !ok {
+			key.name = strings.Clone(c)
+			next = EntryID(len(b.entries))
+			b.entries = append(b.entries, bentry{Entry: Entry{
+				Parent: id, Name: key.name, Type: TypeDir, Mode: 0o755, MTime: mtime,
+			}})
+			b.names[key] = next
+			b.full[id] = true
+		}
+		id = next
 	}
-	parent, ok := b.parentDir(dir, mtime)
-	if !ok {
-		return 0, false
-	}
-	id := EntryID(len(b.entries))
-	b.entries = append(b.entries, bentry{Entry: Entry{
-		Parent: parent, Name: path.Base(dir), Type: TypeDir, Mode: 0o755, MTime: mtime,
-	}})
-	b.byPath[dir] = id
-	b.full[parent] = true
 	return id, true
 }
 
-func (b *builder) addLink(name string, h *tarscan.Header) error {
-	target, ok := CleanName(h.Linkname)
+// lookup returns the entry that the components parts name, without
+// creating anything.
+func (b *builder) lookup(parts []string) (EntryID, bool) {
+	id := RootID
+	for _, c := range parts {
+		if b.entries[id].Type != TypeDir {
+			return 0, false
+		}
+		next, ok := b.names[dirName{id, c}]
+		if !ok {
+			return 0, false
+		}
+		id = next
+	}
+	return id, true
+}
+
+func (b *builder) addLink(parts []string, h *tarscan.Header) error {
+	target, ok := cleanName(h.Linkname)
 	if !ok {
 		b.skip("hard link target contains ..", h.Name)
 		return nil
 	}
-	id, ok := b.byPath[target]
+	id, ok := b.lookup(target)
 	if !ok {
 		b.skip("hard link to a missing member", h.Name)
 		return nil
@@ -531,18 +569,19 @@ func (b *builder) addLink(name string, h *tarscan.Header) error {
 		b.skip("hard link to a directory", h.Name)
 		return nil
 	}
-	if name == "" || name == target {
+	if len(parts) == 0 || slices.Equal(parts, target) {
 		return nil
 	}
-	parent, ok := b.parentDir(name, h.MTime)
+	parent, ok := b.parentDir(parts[:len(parts)-1], h.MTime, h.Name)
 	if !ok {
 		return nil
 	}
-	if old, exists := b.byPath[name]; exists && b.entries[old].Type == TypeDir && b.full[old] {
+	key := dirName{parent, strings.Clone(parts[len(parts)-1])}
+	if old, exists := b.names[key]; exists && b.entries[old].Type == TypeDir && b.full[old] {
 		b.skip("hard link over a non-empty directory", h.Name)
 		return nil
 	}
-	b.byPath[name] = id
+	b.names[key] = id
 	b.full[parent] = true
 	return nil
 }
@@ -551,34 +590,51 @@ func (b *builder) addLink(name string, h *tarscan.Header) error {
 // archive order, and lays out the compact records: sorted directory
 // listings, link counts, one string table.
 func (b *builder) finish() error {
-	memo := map[string]bool{"": true}
-	var liveDir func(d string) bool
-	liveDir = func(d string) bool {
-		if v, ok := memo[d]; ok {
-			return v
+	// A directory is live when its name still leads to it and its
+	// parent is live. Decided walking up, without recursion: trees may
+	// be deep.
+	const (
+		unknown = iota
+		dead
+		liveDir
+	)
+	dirState := make([]uint8, len(b.entries))
+	dirState[RootID] = liveDir
+	var chain []EntryID
+	isLiveDir := func(d EntryID) bool {
+		chain = chain[:0]
+		state := uint8(dead)
+		for {
+			if dirState[d] != unknown {
+				state = dirState[d]
+				break
+			}
+			e := &b.entries[d]
+			if e.Type != TypeDir || b.names[dirName{e.Parent, e.Name}] != d {
+				dirState[d] = dead
+				break
+			}
+			chain = append(chain, d)
+			d = e.Parent
 		}
-		id, ok := b.byPath[d]
-		v := ok && b.entries[id].Type == TypeDir && liveDir(parentPath(d))
-		memo[d] = v
-		return v
+		for _, c := range chain {
+			dirState[c] = state
+		}
+		return state == liveDir
 	}
 	type link struct {
 		parent EntryID
 		name   string
 		id     EntryID
 	}
-	links := make([]link, 0, len(b.byPath))
+	links := make([]link, 0, len(b.names))
 	live := make([]bool, len(b.entries))
 	live[RootID] = true
-	for p, id := range b.byPath {
-		if p == "" {
+	for k, id := range b.names {
+		if !isLiveDir(k.dir) {
 			continue
 		}
-		d := parentPath(p)
-		if !liveDir(d) {
-			continue
-		}
-		links = append(links, link{b.byPath[d], path.Base(p), id})
+		links = append(links, link{k.dir, k.name, id})
 		live[id] = true
 	}
 	newID := make([]EntryID, len(b.entries))
@@ -670,13 +726,4 @@ func (b *builder) finish() error {
 	}
 	ix.strtab = string(st.data)
 	return nil
-}
-
-// parentPath returns the cleaned path of the directory holding p ("" for
-// the root).
-func parentPath(p string) string {
-	if d := path.Dir(p); d != "." {
-		return d
-	}
-	return ""
 }

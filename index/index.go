@@ -17,7 +17,7 @@ import (
 
 // Errors of this package.
 var (
-	ErrCorrupt        = errors.New("index: archive data does not match its index")
+	ErrCorrupt        = errors.New("index: corrupt or changed archive data")
 	ErrBadIndex       = errors.New("index: invalid index file")
 	ErrVersion        = errors.New("index: unsupported index format version")
 	ErrIdentity       = errors.New("index: index was built for another version of the source")

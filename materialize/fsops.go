@@ -278,26 +278,27 @@ func processUmask() uint32 {
 // setMetaFd applies owner, mode, xattrs and times of e to the file or
 // directory open at fd, in the order tar -x uses (chown clears setuid
 // bits, so it goes before chmod), skipping what mk says is already so.
-// Xattr failures go to warn.
-func setMetaFd(fd int, e *index.Entry, xattrs []index.Xattr, m metaOpts, mk made, warn func(kind string, path string, err error), path string) error {
+// Xattr failures go to warn. path names the file in messages; it is
+// called only for one (a path is as long as the directory is deep).
+func setMetaFd(fd int, e *index.Entry, xattrs []index.Xattr, m metaOpts, mk made, warn func(kind string, path string, err error), path func() string) error {
 	if m.chown && !(mk.ok && int(e.UID) == m.uid && int(e.GID) == m.gid) {
 		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {
-			return fmt.Errorf("chown %s: %w", path, err)
+			return fmt.Errorf("chown %s: %w", path(), err)
 		}
 	}
 	if mode := m.mode(e); !(mk.ok && mk.mode == mode) {
 		if err := unix.Fchmod(fd, mode); err != nil {
-			return fmt.Errorf("chmod %s: %w", path, err)
+			return fmt.Errorf("chmod %s: %w", path(), err)
 		}
 	}
 	for _, x := range xattrs {
 		if err := unix.Fsetxattr(fd, x.Name, []byte(x.Value), 0); err != nil {
-			warn("xattr not set", path, err)
+			warn("xattr not set", path(), err)
 		}
 	}
 	ts := timespecs(e)
 	if err := futimens(fd, &ts); err != nil {
-		return fmt.Errorf("set times of %s: %w", path, err)
+		return fmt.Errorf("set times of %s: %w", path(), err)
 	}
 	return nil
 }
@@ -335,6 +336,9 @@ func setMetaAt(dirfd int, name string, e *index.Entry, xattrs []index.Xattr, m m
 	}
 	return nil
 }
+
+// constPath is a path for setMetaFd that is already known.
+func constPath(p string) func() string { return func() string { return p } }
 
 // errBadName is a name that is not one path component.
 var errBadName = errors.New("materialize: not a single path component")

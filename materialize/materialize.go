@@ -176,6 +176,7 @@ type Job struct {
 	// set by Run before tasks start
 	dirs     []index.EntryID // the directories to make, parents first
 	dirReach []bool          // by EntryID: a directory reachable from DIR by valid names
+	refused  []bool          // by EntryID: an entry whose first name planDirs refused
 	dirPos   []int32         // by EntryID: a directory's place in dirs, -1 for others
 	// set by makeDirs, read by others after waitDir
 	dirsReady   chan struct{} // closed when makeDirs returned
@@ -471,9 +472,20 @@ func (j *Job) Screen(h *tarscan.Header) {
 			j.noteOnce("hard links with an absolute target (taken relative to DIR)", h.Name, nil)
 		}
 	}
-	if first, _, _ := strings.Cut(strings.TrimLeft(h.Name, "/"), "/"); first == stateDirName {
+	if first := firstComponent(h.Name); first == stateDirName {
 		j.noteOnce("members named "+stateDirName+" (reserved, refused)", h.Name, nil)
 	}
+}
+
+// firstComponent returns the first component of p other than "" and
+// ".": the name p takes at the top of DIR.
+func firstComponent(p string) string {
+	for c := range strings.SplitSeq(p, "/") {
+		if c != "" && c != "." {
+			return c
+		}
+	}
+	return ""
 }
 
 func hasDotDot(p string) bool {
@@ -547,7 +559,7 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 		defer j.stageWG.Done()
 		fd, err := wf.file()
 		if err == nil {
-			err = setMetaFd(fd, &meta.entry, meta.xattrs, j.meta, wf.made, j.warn, name)
+			err = setMetaFd(fd, &meta.entry, meta.xattrs, j.meta, wf.made, j.warn, constPath(name))
 		}
 		if err == nil {
 			wf.meta = meta

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/tests/hostile"
 	"github.com/tarmount/tarmount/tests/treecmp"
 )
 
@@ -130,82 +132,48 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestMalicious extracts archives that try to write outside DIR: nothing
-// outside changes, and the job reports what it refused.
+// TestMalicious extracts every hostile.PathCase, in one pass (cold) and
+// from an index (spans): nothing beside DIR is created or changed (a
+// snapshot of DIR's parent, with a sentinel directory in it, before and
+// after), DIR holds exactly the tree the case says, and the job reports
+// what it refused.
 func TestMalicious(t *testing.T) {
-	for _, cold := range []bool{false, true} {
-		t.Run(map[bool]string{false: "indexed", true: "cold"}[cold], func(t *testing.T) {
-			work := t.TempDir()
-			outside := filepath.Join(work, "outside")
-			os.Mkdir(outside, 0o755)
-			victim := filepath.Join(outside, "victim")
-			os.WriteFile(victim, []byte("keep me"), 0o644)
-			members := []tarMember{
-				{name: "../escaped", body: "x"},
-				{name: "a/../../escaped2", body: "x"},
-				{name: "/abs/file", body: "absolute"},
-				{name: "link", link: outside, typ: tar.TypeSymlink},
-				{name: "link/pwned", body: "through the symlink"},
-				{name: "rel", link: "../outside", typ: tar.TypeSymlink},
-				{name: "rel/pwned2", body: "through the relative symlink"},
-				{name: "hl", link: "../outside/victim", typ: tar.TypeLink},
-				{name: "hl2", link: "link/victim", typ: tar.TypeLink},
-				{name: "over", link: victim, typ: tar.TypeSymlink},
-				{name: "over", body: "replaces the symlink, not its target"},
-				{name: "sd", link: outside, typ: tar.TypeSymlink},
-				{name: "sd", typ: tar.TypeDir},
-				{name: "sd/inside", body: "in a real directory"},
-				{name: ".tarmount-partial/journal", body: "0\n"},
-				{name: "ok.txt", body: "fine"},
-			}
-			archive := filepath.Join(work, "evil.tar.gz")
-			writeTar(t, archive, members, true)
-			out := filepath.Join(work, "out")
-			j, err := extract(t, archive, out, cold, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ents, _ := os.ReadDir(outside)
-			if len(ents) != 1 {
-				t.Errorf("outside has %d entries, want only the victim", len(ents))
-			}
-			if b, _ := os.ReadFile(victim); string(b) != "keep me" {
-				t.Errorf("victim changed: %q", b)
-			}
-			for _, p := range []string{"escaped", "escaped2"} {
-				if _, err := os.Lstat(filepath.Join(work, p)); err == nil {
-					t.Errorf("%s written outside DIR", p)
+	for _, tc := range hostile.PathCases() {
+		for _, cold := range []bool{false, true} {
+			t.Run(tc.Name+map[bool]string{false: "/indexed", true: "/cold"}[cold], func(t *testing.T) {
+				work := t.TempDir()
+				outside := hostile.MakeSentinel(t, work)
+				archive := filepath.Join(t.TempDir(), "evil.tar.gz")
+				if err := os.WriteFile(archive, hostile.Gzip(tc.Archive(outside)), 0o644); err != nil {
+					t.Fatal(err)
 				}
-			}
-			want := map[string]string{"abs/file": "absolute", "over": "replaces the symlink, not its target",
-				"sd/inside": "in a real directory", "ok.txt": "fine"}
-			for p, body := range want {
-				if b, err := os.ReadFile(filepath.Join(out, p)); err != nil || string(b) != body {
-					t.Errorf("%s: got %q, %v; want %q", p, b, err, body)
+				out := filepath.Join(work, "out")
+				before := hostile.Snapshot(t, work, "out", ".out.tarmount")
+				j, err := extract(t, archive, out, cold, Options{})
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			if st, err := os.Lstat(filepath.Join(out, "over")); err != nil || !st.Mode().IsRegular() {
-				t.Errorf("over is not a regular file: %v", err)
-			}
-			for _, p := range []string{"link/pwned", "rel/pwned2", "hl", "hl2"} {
-				if _, err := os.Lstat(filepath.Join(out, p)); err == nil {
-					t.Errorf("%s exists, want it refused", p)
+				after := hostile.Snapshot(t, work, "out", ".out.tarmount")
+				for _, d := range hostile.DiffTrees(after, before) {
+					t.Errorf("outside DIR: %s", d)
 				}
-			}
-			if _, err := os.Lstat(filepath.Join(out, stateDirName)); err == nil {
-				t.Errorf("%s left in DIR", stateDirName)
-			}
-			notes := strings.Join(j.Notes(), "\n")
-			wants := []string{"symlinks pointing outside DIR"}
-			if cold {
-				wants = append(wants, "absolute member names", "member names with ..", "hard links with ..", "reserved")
-			}
-			for _, w := range wants {
-				if !strings.Contains(notes, w) {
-					t.Errorf("notes do not report %q:\n%s", w, notes)
+				want := hostile.ReplaceAbs(tc.WantTree(os.Geteuid() == 0), outside)
+				for _, d := range hostile.DiffTrees(hostile.DescribeTree(t, out), want) {
+					t.Errorf("in DIR: %s", d)
 				}
-			}
-		})
+				wantNotes := tc.Notes
+				if cold {
+					wantNotes = append(slices.Clone(wantNotes), tc.ScreenNotes...)
+				}
+				if os.Geteuid() != 0 {
+					wantNotes = append(slices.Clone(wantNotes), tc.UnprivilegedNotes...)
+				}
+				hostile.CheckNotes(t, "notes", j.Notes(), wantNotes...)
+				if len(wantNotes) == 0 && len(j.Notes()) > 0 {
+					t.Errorf("got notes %q, want none", j.Notes())
+				}
+			})
+		}
 	}
 }
 
@@ -280,5 +248,69 @@ func TestRefusesForeignDir(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(out, p)); string(b) != want {
 			t.Errorf("%s: got %q, want %q", p, b, want)
 		}
+	}
+}
+
+// TestExtractHostile extracts every hostile.ArchiveCase in one pass: a
+// damaged archive fails the pass with its error and leaves nothing named
+// in DIR but the job's state; a readable one is extracted, in both modes,
+// with its files' bytes and without the names it refuses.
+func TestExtractHostile(t *testing.T) {
+	for _, tc := range hostile.ArchiveCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			archive := filepath.Join(t.TempDir(), "archive")
+			if err := os.WriteFile(archive, tc.Data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.Err != "" {
+				out := filepath.Join(t.TempDir(), "out")
+				j, err := Open(out, "hostile", Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = index.Build(context.Background(), bytes.NewReader(tc.Data), fetch.Identity{Size: int64(len(tc.Data))},
+					index.BuildOptions{Span: 64 << 10, OnMember: j.Stage})
+				j.Close()
+				if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.Err) {
+					t.Errorf("got %v, want an error with %q", err, tc.Err)
+				}
+				ents, _ := os.ReadDir(out)
+				for _, e := range ents {
+					if e.Name() != stateDirName {
+						t.Errorf("the failed pass left %s in DIR", e.Name())
+					}
+				}
+				return
+			}
+			modes := []bool{false, true}
+			if tc.Big {
+				// Deep trees: one mode is enough, none under the race
+				// detector (tens of seconds).
+				if raceEnabled {
+					t.Skip("deep tree: too slow under the race detector")
+				}
+				modes = modes[1:]
+			}
+			for _, cold := range modes {
+				out := filepath.Join(t.TempDir(), "out")
+				if _, err := extract(t, archive, out, cold, Options{}); err != nil {
+					if tc.MayFailExtract != "" && strings.Contains(err.Error(), tc.MayFailExtract) {
+						t.Logf("cold %v: known limit: %.200s", cold, err)
+						continue
+					}
+					t.Fatalf("cold %v: %.2000v", cold, err)
+				}
+				for p, want := range tc.Files {
+					if got, err := os.ReadFile(filepath.Join(out, p)); err != nil || string(got) != want {
+						t.Errorf("cold %v: %s: got %d bytes (%v), want its %d", cold, p, len(got), err, len(want))
+					}
+				}
+				for _, p := range tc.Refused {
+					if _, err := os.Lstat(filepath.Join(out, p)); err == nil {
+						t.Errorf("cold %v: %.40q extracted, want it refused", cold, p)
+					}
+				}
+			}
+		})
 	}
 }

@@ -132,6 +132,7 @@ func (j *Job) planDirs(ix *index.Index) error {
 	n := ix.Len()
 	j.dirReach = make([]bool, n)
 	j.dirReach[index.RootID] = true
+	j.refused = make([]bool, n)
 	j.dirs = j.dirs[:0]
 	j.extra = map[index.EntryID][]name{}
 	queue := []index.EntryID{index.RootID}
@@ -144,6 +145,10 @@ func (j *Job) planDirs(ix *index.Index) error {
 			}
 			if !validName(c.Name) || (d == index.RootID && c.Name == stateDirName) {
 				j.noteOnce("names that are not one path component or are reserved (refused)", c.Name, nil)
+				if e.Parent == d && e.Name == c.Name {
+					// Its other names (hard links), if any, go too.
+					j.refused[c.ID] = true
+				}
 				continue
 			}
 			if e.Parent != d || e.Name != c.Name {
@@ -271,8 +276,8 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 	for i := 1; i < ix.Len(); i++ {
 		id := index.EntryID(i)
 		e := ix.Entry(id)
-		if e.Type == index.TypeDir || !j.dirReach[e.Parent] {
-			continue // unreachable or refused parent: nothing to write
+		if e.Type == index.TypeDir || !j.dirReach[e.Parent] || j.refused[id] {
+			continue // refused, or unreachable or refused parent: nothing to write
 		}
 		if e.Type != index.TypeReg {
 			specials = append(specials, id)
@@ -500,7 +505,7 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 		}
 	}
 	if needMeta {
-		if err := setMetaFd(fd, e, xattrs, j.meta, wf.made, j.warn, p); err != nil {
+		if err := setMetaFd(fd, e, xattrs, j.meta, wf.made, j.warn, constPath(p)); err != nil {
 			return err
 		}
 	}
@@ -641,7 +646,10 @@ func (j *Job) finish(ix *index.Index) error {
 		if fd := j.dirfd[id]; fd >= 0 {
 			// A directory this job made is the job's, with mode 0700.
 			mk := made{ok: j.dirPlain[id], mode: 0o700 &^ j.meta.umask}
-			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, j.pathOf(ix, id)); err != nil {
+			// The path only for a message: one per directory of a deep
+			// tree would cost its depth squared.
+			p := func() string { return j.pathOf(ix, id) }
+			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, p); err != nil {
 				return err
 			}
 		}
@@ -657,7 +665,7 @@ func (j *Job) finish(ix *index.Index) error {
 		return fmt.Errorf("remove %s: %w", stateDirName, err)
 	}
 	if root := ix.Entry(index.RootID); hasRootMember(root, ix.Xattrs(index.RootID)) {
-		if err := setMetaFd(j.rootFd, root, ix.Xattrs(index.RootID), j.meta, made{}, j.warn, "."); err != nil {
+		if err := setMetaFd(j.rootFd, root, ix.Xattrs(index.RootID), j.meta, made{}, j.warn, constPath(".")); err != nil {
 			return err
 		}
 	}

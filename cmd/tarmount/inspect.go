@@ -232,27 +232,42 @@ func describeEntry(ix *index.Index, p string, id index.EntryID) entryJSON {
 }
 
 // walk calls fn for every name under dir (whose path is p), depth first in
-// name order, dir itself first.
+// name order, dir itself first. The path of a name is built in one buffer
+// shared by the levels: a path held per level costs a deep tree its depth
+// squared.
 func walk(ix *index.Index, p string, dir index.EntryID, fn func(p string, id index.EntryID) error) error {
+	buf := []byte(p)
+	var rec func(dir index.EntryID) error
+	rec = func(dir index.EntryID) error {
+		base := len(buf)
+		for _, d := range ix.Children(dir) {
+			buf = buf[:base]
+			if base > 0 {
+				buf = append(buf, '/')
+			}
+			buf = append(buf, d.Name...) // names in the index are single clean components
+			// A directory's own name, not a path: a path per directory
+			// costs a deep tree its depth squared.
+			if e := ix.Entry(d.ID); e.Type == index.TypeDir && e.Parent == dir && e.Name == d.Name {
+				if err := fn(string(buf), d.ID); err != nil {
+					return err
+				}
+				if err := rec(d.ID); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := fn(string(buf), d.ID); err != nil {
+				return err
+			}
+		}
+		buf = buf[:base]
+		return nil
+	}
 	if err := fn(p, dir); err != nil {
 		return err
 	}
-	for _, d := range ix.Children(dir) {
-		cp := d.Name // names in the index are single clean components
-		if p != "" {
-			cp = p + "/" + d.Name
-		}
-		if ix.Entry(d.ID).Type == index.TypeDir && ix.Path(d.ID) == cp {
-			if err := walk(ix, cp, d.ID, fn); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := fn(cp, d.ID); err != nil {
-			return err
-		}
-	}
-	return nil
+	return rec(dir)
 }
 
 // cleanMember turns a path given on the command line into one of the

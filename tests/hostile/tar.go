@@ -1,0 +1,225 @@
+// Package hostile builds archives that attack whoever reads them, for
+// tests: members whose names and links try to reach outside the directory
+// they are extracted into (PathCases), and archives that are truncated,
+// damaged, absurd or merely extreme (ArchiveCases). Each case says what a
+// safe reader does with it, so that the same table drives the package
+// tests (materialize, index) and the mount-level tests of the binary.
+//
+// Archives are written header block by header block, so that a case can
+// hold what archive/tar refuses to write (negative sizes, bad checksums,
+// names with NULs). The package knows nothing of tarmount's packages.
+package hostile
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+)
+
+// Type flags.
+const (
+	TypeReg     byte = '0'
+	TypeLink    byte = '1'
+	TypeSymlink byte = '2'
+	TypeChar    byte = '3'
+	TypeBlock   byte = '4'
+	TypeDir     byte = '5'
+	TypeFIFO    byte = '6'
+)
+
+const blockSize = 512
+
+// Member is one member of a raw archive.
+type Member struct {
+	Name string
+	Type byte // TypeReg when 0
+	Body string
+	Link string
+	// Mode is the permission bits; 0 means 0644, or 0755 for a
+	// directory.
+	Mode               int64
+	Devmajor, Devminor int64
+	// PAX records ("key=value") go in an extended header before the
+	// member; a name or link that does not fit the header adds its own.
+	PAX []string
+	// Tweak edits the header block before its checksum is set (unless
+	// BadSum).
+	Tweak func(block []byte)
+	// BadSum leaves the checksum field wrong.
+	BadSum bool
+	// Raw, when set, is written as it is instead of the member.
+	Raw []byte
+}
+
+// Pos is where a member lies in a Tar: its first header block (extended
+// headers included) and its data.
+type Pos struct{ Header, Data int }
+
+// Tar writes members, then the end-of-archive marker (two zero blocks).
+func Tar(members ...Member) []byte {
+	b, _ := TarPos(members...)
+	return b
+}
+
+// TarPos is Tar that also says where each member lies.
+func TarPos(members ...Member) ([]byte, []Pos) {
+	var buf bytes.Buffer
+	var pos []Pos
+	for _, m := range members {
+		start := buf.Len()
+		if m.Raw != nil {
+			buf.Write(m.Raw)
+			pos = append(pos, Pos{start, buf.Len()})
+			continue
+		}
+		writeMember(&buf, m)
+		pos = append(pos, Pos{start, buf.Len() - padded(len(m.Body))})
+	}
+	buf.Write(make([]byte, 2*blockSize))
+	return buf.Bytes(), pos
+}
+
+func padded(n int) int { return (n + blockSize - 1) &^ (blockSize - 1) }
+
+func writeMember(buf *bytes.Buffer, m Member) {
+	typ := m.Type
+	if typ == 0 {
+		typ = TypeReg
+	}
+	recs := m.PAX
+	name, link := m.Name, m.Link
+	if len(name) > 100 {
+		recs = append([]string{"path=" + name}, recs...)
+		name = name[:100]
+	}
+	if len(link) > 100 {
+		recs = append([]string{"linkpath=" + link}, recs...)
+		link = link[:100]
+	}
+	if len(recs) > 0 {
+		var d bytes.Buffer
+		for _, r := range recs {
+			d.WriteString(PAXRecord(r))
+		}
+		buf.Write(Header(Member{Name: "PaxHeaders/x", Type: 'x'}, int64(d.Len())))
+		buf.Write(d.Bytes())
+		buf.Write(make([]byte, padded(d.Len())-d.Len()))
+	}
+	mm := m
+	mm.Name, mm.Link, mm.Type = name, link, typ
+	size := int64(len(m.Body))
+	buf.Write(Header(mm, size))
+	buf.WriteString(m.Body)
+	buf.Write(make([]byte, padded(len(m.Body))-len(m.Body)))
+}
+
+// Header returns the ustar header block of m with the given size field.
+func Header(m Member, size int64) []byte {
+	b := make([]byte, blockSize)
+	mode := m.Mode
+	if mode == 0 {
+		mode = 0o644
+		if m.Type == TypeDir {
+			mode = 0o755
+		}
+	}
+	copy(b[0:100], m.Name)
+	PutNumber(b[100:108], mode)
+	PutNumber(b[108:116], 0)
+	PutNumber(b[116:124], 0)
+	PutNumber(b[124:136], size)
+	PutNumber(b[136:148], 1700000000)
+	b[156] = m.Type
+	copy(b[157:257], m.Link)
+	copy(b[257:265], "ustar\x0000")
+	copy(b[265:297], "root")
+	copy(b[297:329], "root")
+	PutNumber(b[329:337], m.Devmajor)
+	PutNumber(b[337:345], m.Devminor)
+	if m.Tweak != nil {
+		m.Tweak(b)
+	}
+	SetChecksum(b)
+	if m.BadSum {
+		b[148] ^= 1
+	}
+	return b
+}
+
+// PutNumber writes v into a numeric header field: octal text when it
+// fits, else GNU base-256 (which also holds negative numbers).
+func PutNumber(f []byte, v int64) {
+	if s := fmt.Sprintf("%0*o", len(f)-1, v); v >= 0 && len(s) == len(f)-1 {
+		copy(f, s+"\x00")
+		return
+	}
+	for i := len(f) - 1; i >= 0; i-- {
+		f[i] = byte(v)
+		v >>= 8
+	}
+	f[0] |= 0x80
+}
+
+// SetChecksum fills the checksum field of header block b.
+func SetChecksum(b []byte) {
+	copy(b[148:156], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum))
+}
+
+// PAXRecord formats "key=value" as a pax record with its length.
+func PAXRecord(kv string) string {
+	n := len(kv) + 2
+	for {
+		s := fmt.Sprintf("%d %s\n", n, kv)
+		if len(s) == n {
+			return s
+		}
+		n = len(s)
+	}
+}
+
+// Gzip compresses b as one gzip member.
+func Gzip(b []byte) []byte {
+	var out bytes.Buffer
+	w := gzip.NewWriter(&out)
+	w.Write(b)
+	w.Close()
+	return out.Bytes()
+}
+
+// ZstdFrames compresses b as zstd frames of frame decoded bytes each, and
+// returns where each frame starts.
+func ZstdFrames(b []byte, frame int) ([]byte, []int) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		panic(err)
+	}
+	defer enc.Close()
+	var out []byte
+	var starts []int
+	for i := 0; i < len(b); i += frame {
+		starts = append(starts, len(out))
+		out = enc.EncodeAll(b[i:min(i+frame, len(b))], out)
+	}
+	return out, starts
+}
+
+// LZ4 compresses b as one lz4 frame of independent 64 KiB blocks with a
+// content checksum (and block checksums when blockSums).
+func LZ4(b []byte, blockSums bool) []byte {
+	var out bytes.Buffer
+	w := lz4.NewWriter(&out)
+	if err := w.Apply(lz4.BlockSizeOption(lz4.Block64Kb), lz4.BlockChecksumOption(blockSums), lz4.ChecksumOption(true)); err != nil {
+		panic(err)
+	}
+	w.Write(b)
+	w.Close()
+	return out.Bytes()
+}
