@@ -170,6 +170,9 @@ type Job struct {
 	// early holds the directories Stage made or opened, by path (only
 	// the goroutine calling Stage uses it; Run closes them).
 	early map[string]earlyDir
+	// earlyMade lists the directories Stage made, parents first.
+	earlyMade []string
+	abandon   atomic.Bool // set by Abandon
 
 	// set by Run, read by OpenLocal
 	view atomic.Pointer[view]
@@ -665,6 +668,9 @@ func (j *Job) earlyDir(p string) earlyDir {
 		if parent := j.earlyDir(parentPath); parent.fd >= 0 {
 			err := unix.Mkdirat(parent.fd, base, 0o700)
 			if err == nil || err == unix.EEXIST {
+				if err == nil {
+					j.earlyMade = append(j.earlyMade, p)
+				}
 				if fd, oerr := openDirBeneath(parent.fd, base); oerr == nil {
 					d = earlyDir{fd: fd, plain: err == nil && parent.plain}
 				}
@@ -882,6 +888,31 @@ func (j *Job) writePiece(wf *wfile, at int64, data []byte) error {
 	return wf.pieceDone()
 }
 
+// Abandon closes the job after a one-pass extraction failed, first
+// removing the files Stage placed under their names, and the directories
+// it made for them: their bytes were never checked to the end of the
+// archive (a gzip CRC, say), so a failed pass leaves nothing named in DIR
+// but the job's state. Like Close, it is idempotent.
+func (j *Job) Abandon() error {
+	j.abandon.Store(true)
+	return j.Close()
+}
+
+// removePlaced removes what Stage placed (for Abandon), once the writers
+// have stopped.
+func (j *Job) removePlaced() {
+	for _, wf := range j.staged {
+		if wf.placed {
+			if err := j.root.Remove(wf.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				j.log.Warn("could not remove a file of the failed pass", "path", wf.path, "err", err)
+			}
+		}
+	}
+	for i := len(j.earlyMade) - 1; i >= 0; i-- {
+		j.root.Remove(j.earlyMade[i]) // only when empty: what else is there stays
+	}
+}
+
 // Close stops the writers, closes what the job holds open and logs what it
 // refused. It is idempotent; it does not wait for Run, which the caller
 // ends by cancelling its context.
@@ -891,6 +922,9 @@ func (j *Job) Close() error {
 		if j.tasks != nil {
 			close(j.tasks)
 			j.workers.Wait()
+		}
+		if j.abandon.Load() && j.root != nil {
+			j.removePlaced()
 		}
 		if j.jr != nil {
 			j.jr.Close()

@@ -270,7 +270,7 @@ func TestExtractHostile(t *testing.T) {
 				}
 				_, err = index.Build(context.Background(), bytes.NewReader(tc.Data), fetch.Identity{Size: int64(len(tc.Data))},
 					index.BuildOptions{Span: 64 << 10, OnMember: j.Stage})
-				j.Close()
+				j.Abandon()
 				if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.Err) {
 					t.Errorf("got %v, want an error with %q", err, tc.Err)
 				}

@@ -144,6 +144,7 @@ func extractCmd(ctx context.Context, url, dir string, c *config, log *slog.Logge
 		stream.Close()
 		if err != nil {
 			stop()
+			job.Abandon()
 			return fmt.Errorf("extract %s: %w", src, err)
 		}
 		consumed.Store(size)
