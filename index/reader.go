@@ -539,7 +539,7 @@ func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64) ([]by
 }
 
 func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64) ([]byte, error) {
-	d, err := newLZ4Span(comp, cp, window)
+	d, err := newLZ4Span(comp, cp, window, size)
 	if err != nil {
 		return nil, err
 	}
