@@ -641,7 +641,7 @@ func decodeBzip2Span(comp []byte, cp Checkpoint, endBit int64, size int64) ([]by
 	w := newBz2Walker(nil, comp, base, base*8+int64(cp.Bit), cp.Flags, 1)
 	w.limit = base*8 + endBit
 	w.span = true
-	data := make([]byte, 0, size)
+	data := make([]byte, 0, min(size, maxSpanPrealloc))
 	for {
 		b, err := w.next()
 		if err == io.EOF {

@@ -67,7 +67,7 @@ const sniffPeek = 1 << 20
 // to the first real frame. It returns 0 and the bytes it saw when it knows
 // no codec.
 func sniffStream(p *peekReader) (Codec, []byte, error) {
-	head, err := p.peek(512)
+	head, err := p.peek(1024)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -112,6 +112,10 @@ func sniff(head []byte) Codec {
 			bytes.HasPrefix(head[4:], []byte{0x17, 0x72, 0x45, 0x38, 0x50, 0x90})):
 		return CodecBzip2
 	case len(head) >= 512 && looksLikeTar(head[:512]):
+		return CodecNone
+	case len(head) >= 1024 && bytes.Count(head[:1024], []byte{0}) == 1024:
+		// The end-of-archive marker alone: an empty archive, as tar
+		// -t lists it (Go's archive/tar writes one for no members).
 		return CodecNone
 	}
 	return 0

@@ -387,6 +387,21 @@ func TestBuildErrors(t *testing.T) {
 	}
 }
 
+// TestEmptyArchive checks that an archive without members (its
+// end-of-archive marker alone, as archive/tar and GNU tar write it) is
+// an empty tree, plain as well as compressed.
+func TestEmptyArchive(t *testing.T) {
+	raw := tarBytes(t, nil)
+	for name, obj := range map[string][]byte{"tar": raw, "gnu tar": make([]byte, 10240), "gzip": gzipBytes(raw, 6)} {
+		t.Run(name, func(t *testing.T) {
+			ix := build(t, obj, 0)
+			if ix.Len() != 1 || len(ix.Children(RootID)) != 0 {
+				t.Errorf("got %d entries, want the root alone", ix.Len())
+			}
+		})
+	}
+}
+
 func TestFormatRoundTrip(t *testing.T) {
 	obj := gzipBytes(tarBytes(t, sampleMembers()), 6)
 	ix := build(t, obj, 1<<20)

@@ -46,6 +46,9 @@ type lz4Decoder struct {
 	flg      byte
 	blockMax int
 	content  xxh32 // of the frame's output (pass only)
+	// maxOut bounds what a block decodes to: the span's size for a span
+	// (which holds whole blocks), so that its buffers are no bigger.
+	maxOut int
 
 	comp []byte // the block as stored
 	buf  []byte // history (linked blocks) then the block's output
@@ -58,18 +61,19 @@ type lz4Decoder struct {
 }
 
 func newLZ4Pass(r io.Reader, rec *recorder) *lz4Decoder {
-	return &lz4Decoder{cr: newCountingReader(r, 0), rec: rec}
+	return &lz4Decoder{cr: newCountingReader(r, 0), rec: rec, maxOut: lz4LegacyBlock}
 }
 
-// newLZ4Span returns a decoder of the stream in comp, which starts at cp.
-func newLZ4Span(comp []byte, cp Checkpoint, window []byte) (*lz4Decoder, error) {
-	d := &lz4Decoder{cr: newCountingReader(bytes.NewReader(comp), int64(cp.In))}
+// newLZ4Span returns a decoder of the stream in comp, which starts at cp
+// and decodes to size bytes.
+func newLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64) (*lz4Decoder, error) {
+	d := &lz4Decoder{cr: newCountingReader(bytes.NewReader(comp), int64(cp.In)), maxOut: int(min(size, lz4LegacyBlock))}
 	switch cp.Kind {
 	case kindFrame:
 	case kindLZ4Block:
 		d.inFrame, d.flg, d.blockMax = true, cp.Flags, lz4MaxBlock
 		if cp.Flags&lz4FlagIndependent == 0 {
-			d.buf = make([]byte, lz4WindowSize+lz4MaxBlock)
+			d.buf = make([]byte, lz4WindowSize+d.outMax())
 			d.hist = copy(d.buf, window)
 		}
 	case kindLZ4Legacy:
@@ -79,6 +83,9 @@ func newLZ4Span(comp []byte, cp Checkpoint, window []byte) (*lz4Decoder, error) 
 	}
 	return d, nil
 }
+
+// outMax returns the most bytes the next block may decode to.
+func (d *lz4Decoder) outMax() int { return min(d.blockMax, d.maxOut) }
 
 func (d *lz4Decoder) corrupt(format string, args ...any) error {
 	return fmt.Errorf("%w: lz4 at %d: %s", ErrCorrupt, d.cr.off, fmt.Sprintf(format, args...))
@@ -156,8 +163,8 @@ func (d *lz4Decoder) frameHeader() error {
 	}
 	d.flg, d.blockMax, d.inFrame, d.legacy = flg, 1<<(2*bs+8), true, false
 	d.hist = 0
-	if flg&lz4FlagIndependent == 0 && len(d.buf) < lz4WindowSize+d.blockMax {
-		d.buf = make([]byte, lz4WindowSize+d.blockMax)
+	if flg&lz4FlagIndependent == 0 && len(d.buf) < lz4WindowSize+d.outMax() {
+		d.buf = make([]byte, lz4WindowSize+d.outMax())
 	}
 	d.content.reset()
 	return nil
@@ -274,15 +281,18 @@ func (d *lz4Decoder) block(size int, stored bool) error {
 			return d.corrupt("block checksum mismatch")
 		}
 	}
+	if stored && size > d.outMax() {
+		return d.corrupt("stored block of %d bytes, more than %d", size, d.outMax())
+	}
 	linked := !d.legacy && d.flg&lz4FlagIndependent == 0
 	if !linked {
 		if stored {
 			d.out = comp
 		} else {
-			if len(d.buf) < d.blockMax {
-				d.buf = make([]byte, d.blockMax)
+			if len(d.buf) < d.outMax() {
+				d.buf = make([]byte, d.outMax())
 			}
-			n, err := lz4.UncompressBlock(comp, d.buf[:d.blockMax])
+			n, err := lz4.UncompressBlock(comp, d.buf[:d.outMax()])
 			if err != nil {
 				return d.corrupt("block: %v", err)
 			}
@@ -294,7 +304,7 @@ func (d *lz4Decoder) block(size int, stored bool) error {
 			copy(d.buf, d.buf[d.hist-lz4WindowSize:d.hist])
 			d.hist = lz4WindowSize
 		}
-		dst := d.buf[d.hist : d.hist+d.blockMax]
+		dst := d.buf[d.hist : d.hist+d.outMax()]
 		var n int
 		if stored {
 			n = copy(dst, comp)

@@ -452,15 +452,37 @@ func (r *Reader) readLocal(i int, size int64) ([]byte, error) {
 	if r.local == nil {
 		return nil, ErrNoLocalCopy
 	}
-	data := make([]byte, size)
-	n, err := r.local.ReadAt(data, int64(r.Checkpoints[i].Out))
-	if n == len(data) {
-		err = nil
-	}
+	data, err := readSpan(io.NewSectionReader(r.local, int64(r.Checkpoints[i].Out), size), size)
 	if err != nil {
 		return nil, fmt.Errorf("%w: span %d from the local copy: %v", ErrCorrupt, i, err)
 	}
 	return data, nil
+}
+
+// maxSpanPrealloc is the largest span buffer allocated whole before the
+// span is decoded. Spans are about DefaultSpan long (zstd frames and xz
+// blocks of up to 8 spans are decoded whole); a longer one grows as its
+// bytes arrive, so that a size that a damaged or hostile index claims
+// costs memory only for the bytes that its data really decodes to.
+const maxSpanPrealloc = 8 * DefaultSpan
+
+// readSpan reads exactly size bytes of a span from r.
+func readSpan(r io.Reader, size int64) ([]byte, error) {
+	buf := make([]byte, min(size, maxSpanPrealloc))
+	n := 0
+	for {
+		m, err := io.ReadFull(r, buf[n:])
+		n += m
+		if err != nil {
+			return nil, err
+		}
+		if int64(n) == size {
+			return buf, nil
+		}
+		grown := make([]byte, min(size, 2*int64(len(buf))))
+		copy(grown, buf)
+		buf = grown
+	}
 }
 
 // decodeFromArchive fetches the compressed bytes of span i and decodes
@@ -531,21 +553,13 @@ func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64) ([]by
 	if err != nil {
 		return nil, err
 	}
-	data := make([]byte, size)
-	if _, err := io.ReadFull(z, data); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return readSpan(z, size)
 }
 
 func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64) ([]byte, error) {
-	d, err := newLZ4Span(comp, cp, window)
+	d, err := newLZ4Span(comp, cp, window, size)
 	if err != nil {
 		return nil, err
 	}
-	data := make([]byte, size)
-	if _, err := io.ReadFull(d, data); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return readSpan(d, size)
 }

@@ -594,8 +594,8 @@ func decodeXzSpan(comp []byte, cp Checkpoint, size int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, size)
-	if _, err := io.ReadFull(d, out); err != nil {
+	out, err := readSpan(d, size)
+	if err != nil {
 		return nil, err
 	}
 	// The last block ends here: its check is verified.

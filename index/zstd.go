@@ -363,8 +363,8 @@ func decodeZstdSpan(comp []byte, size int64) ([]byte, error) {
 	if err := dec.Reset(bytes.NewReader(comp)); err != nil {
 		return nil, err
 	}
-	out := make([]byte, size)
-	if _, err := io.ReadFull(dec, out); err != nil {
+	out, err := readSpan(dec, size)
+	if err != nil {
 		return nil, err
 	}
 	var one [1]byte

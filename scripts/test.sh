@@ -2,8 +2,9 @@
 # The test command (README and .ci/run call exactly this):
 #   installs what is missing (scripts/deps.sh), detaches leftover test mounts,
 #   runs go vet and the whole test suite under the race detector, fuzzes the
-#   gzip and tar decoders and the zstd, lz4, bzip2 and xz walkers briefly, detaches leftovers again, and exits
-#   non-zero if anything failed.
+#   gzip and tar decoders, the zstd, lz4, bzip2 and xz walkers, the index decoder,
+#   random access through an index and the span decoders on damaged archives
+#   briefly, detaches leftovers again, and exits non-zero if anything failed.
 #
 # Test mounts are recognised by their filesystem type: tests mount with
 # MountOptions.Name = "tarmount-test", which /proc/mounts shows as
@@ -68,14 +69,16 @@ fi
 # crasher lands in the package's testdata/fuzz and fails the run.
 fuzztime="${FUZZTIME:-20s}"
 if [[ $# -eq 0 && "$fuzztime" != "0" ]]; then
-	# The frame walkers get half the time each (FUZZTIME=20s: 10 s).
+	# The frame walkers and the index targets get half the time each
+	# (FUZZTIME=20s: 10 s).
 	walkertime="$fuzztime"
 	if [[ "$fuzztime" =~ ^([0-9]+)s$ ]]; then
 		walkertime="$(((${BASH_REMATCH[1]} + 1) / 2))s"
 	fi
-	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index FuzzBzip2Blocks:./index FuzzXzBlocks:./index; do
-		t="$fuzztime"
-		[[ "${target%%:*}" == Fuzz*Frames || "${target%%:*}" == Fuzz*Blocks ]] && t="$walkertime"
+	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index FuzzBzip2Blocks:./index FuzzXzBlocks:./index \
+		FuzzUnmarshal:./index FuzzRandomAccess:./index FuzzCorruptSpans:./index; do
+		t="$walkertime"
+		[[ "${target#*:}" != ./index ]] && t="$fuzztime"
 		echo "test.sh: fuzzing ${target%%:*} for $t"
 		# Go's minimizer is quadratic on inputs of kilobytes: cap it, or a
 		# short run spends its time minimizing instead of fuzzing.
