@@ -102,6 +102,12 @@ type faultSite struct {
 	h      *shaped.Handler
 	srv    *shaped.Server
 	url    string
+	// idx is an index of the archive as this site serves it (its
+	// identity); served counts the bytes of replies; args go to every
+	// tarmount run.
+	idx    string
+	served func() int64
+	args   []string
 }
 
 // siteOptions shape a site: a delay before each reply and a bandwidth cap
@@ -134,6 +140,8 @@ func newFaultSite(t *testing.T, a *faultArchive, o siteOptions) *faultSite {
 		s.h.Close()
 	})
 	s.url = srv.URL + "/a.tar.gz"
+	s.idx = a.idx
+	s.served = func() int64 { return s.h.Stats().Bytes }
 	if o.host != "" {
 		s.url = strings.Replace(s.url, "127.0.0.1", o.host, 1)
 	}
@@ -162,16 +170,16 @@ type fault struct {
 	wrap []string
 }
 
-// timeline runs f against a phase that has begun: once h has served f.at
+// timeline runs f against a phase that has begun: once served() tells of f.at
 // more bytes it starts f, and f.hold later (or at finish when f.hold is 0)
 // stops it.
-func (f fault) timeline(t *testing.T, h *shaped.Handler, done <-chan struct{}) *timeline {
+func (f fault) timeline(t *testing.T, served func() int64, done <-chan struct{}) *timeline {
 	t.Helper()
 	tl := &timeline{f: f, started: make(chan bool, 1), stopped: make(chan struct{}), stop: make(chan struct{})}
-	base := h.Stats().Bytes
+	base := served()
 	go func() {
 		defer close(tl.stopped)
-		for f.at > 0 && h.Stats().Bytes-base < f.at {
+		for f.at > 0 && served()-base < f.at {
 			select {
 			case <-done:
 				tl.started <- false
@@ -265,9 +273,9 @@ func lastLines(s string, n int) string {
 // one it does not makes the mount fail with e.errs, and once the fault is
 // over a new mount works.
 func phaseIndex(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, retries int, e expect) (log string) {
-	args := faultArgs(t.TempDir(), readTimeout, retries)
+	args := append(faultArgs(t.TempDir(), readTimeout, retries), s.args...)
 	m := startMount(t, f.wrap, bindTarget(t, f.wrap), s.url, args...)
-	tl := f.timeline(t, s.h, m.exited)
+	tl := f.timeline(t, s.served, m.exited)
 	err := m.waitReady(3 * time.Minute)
 	if !tl.finish() {
 		t.Error("the index pass ended before the fault started")
@@ -306,7 +314,8 @@ func phaseIndex(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, 
 // timeout with a log line that says why. Once f is over, every file reads
 // exactly.
 func phaseRead(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, retries int, e expect) (log string) {
-	m := startMount(t, f.wrap, bindTarget(t, f.wrap), s.url, faultArgs(t.TempDir(), readTimeout, retries, "--index", s.a.idx)...)
+	m := startMount(t, f.wrap, bindTarget(t, f.wrap), s.url,
+		append(faultArgs(t.TempDir(), readTimeout, retries, "--index", s.idx), s.args...)...)
 	if err := m.waitReady(time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +323,7 @@ func phaseRead(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, r
 		t.Fatalf("read before the fault: %v", err)
 	}
 	f.at = 0
-	tl := f.timeline(t, s.h, nil)
+	tl := f.timeline(t, s.served, nil)
 	tl.wait()
 	// One O_DIRECT read of a span not read yet: exactly one read reaches
 	// tarmount, so its time is bounded by --read-timeout.
@@ -368,9 +377,9 @@ func phaseRead(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, r
 // completes the tree.
 func phaseExtract(t *testing.T, s *faultSite, f fault, indexed bool, readTimeout time.Duration, retries int, e expect) (log string) {
 	dir := filepath.Join(t.TempDir(), "out")
-	args := faultArgs(t.TempDir(), readTimeout, retries, "--quiet", "--decode-workers", "2")
+	args := append(faultArgs(t.TempDir(), readTimeout, retries, "--quiet", "--decode-workers", "2"), s.args...)
 	if indexed {
-		args = append(args, "--index", s.a.idx)
+		args = append(args, "--index", s.idx)
 	}
 	run := func(f fault) (string, error) {
 		argv := append(append(append([]string(nil), f.wrap...), binary, "extract", s.url, dir), args...)
@@ -381,7 +390,7 @@ func phaseExtract(t *testing.T, s *faultSite, f fault, indexed bool, readTimeout
 			t.Fatal(err)
 		}
 		done := make(chan struct{})
-		tl := f.timeline(t, s.h, done)
+		tl := f.timeline(t, s.served, done)
 		err := cmd.Wait()
 		close(done)
 		if !tl.finish() {
@@ -403,13 +412,13 @@ func phaseExtract(t *testing.T, s *faultSite, f fault, indexed bool, readTimeout
 	log = out
 	e.check(t, "the failed extract", out)
 	checkComplete(t, s.a.ref, dir)
-	before := s.h.Stats().Bytes
+	before := s.served()
 	out, err = run(fault{wrap: f.wrap})
 	if err != nil {
 		t.Fatalf("extract once the fault is over: %v\n%s", err, lastLines(out, 30))
 	}
 	treecmp.Compare(t, s.a.ref, dir, treecmp.Options{MaxErrors: 20})
-	t.Logf("the second run fetched %d of %d bytes", s.h.Stats().Bytes-before, s.a.size)
+	t.Logf("the second run fetched %d of %d bytes", s.served()-before, s.a.size)
 	return log
 }
 
@@ -420,12 +429,12 @@ func phaseExtract(t *testing.T, s *faultSite, f fault, indexed bool, readTimeout
 // -x's tree; reads through the mount stay exact.
 func phaseMaterialize(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, retries int, e expect) (log string) {
 	mat := filepath.Join(t.TempDir(), "mat")
-	m := startMount(t, f.wrap, bindTarget(t, f.wrap), s.url, faultArgs(t.TempDir(), readTimeout, retries,
-		"--index", s.a.idx, "--materialize", mat, "--decode-workers", "2")...)
+	m := startMount(t, f.wrap, bindTarget(t, f.wrap), s.url, append(faultArgs(t.TempDir(), readTimeout, retries,
+		"--index", s.idx, "--materialize", mat, "--decode-workers", "2"), s.args...)...)
 	if err := m.waitReady(time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	tl := f.timeline(t, s.h, nil)
+	tl := f.timeline(t, s.served, nil)
 	if len(e.errs) > 0 {
 		waitLogWithin(t, m, "materialize interrupted", time.Minute)
 		checkComplete(t, s.a.ref, mat)
