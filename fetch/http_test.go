@@ -294,7 +294,7 @@ func TestHTTPErrors(t *testing.T) {
 		{name: "500 at open", before: func(o *object) { o.status = 500 },
 			status: 500, contains: "500 Internal Server Error", retryable: true},
 		{name: "404 on read", after: func(o *object) { o.status = 404 },
-			readErr: ErrNotFound, contains: "at 10: fetch: not found (404 Not Found)"},
+			readErr: ErrNotFound, contains: "at 10: fetch: not found (404 Not Found): deleted since it was opened"},
 		{name: "500 on read", after: func(o *object) { o.status = 500 },
 			status: 500, contains: "at 10: unexpected HTTP status 500", retryable: true},
 		{name: "503 on read", after: func(o *object) { o.status = 503 },

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -137,8 +138,9 @@ var _ Source = (*retrySource)(nil)
 
 // WithRetry returns a Source that reads src and retries reads that fail
 // with an error IsRetryable reports as transient (5xx, 408, 429,
-// refused, reset or cut connections, short bodies), and attempts that the
-// stall watchdog cancels. It never retries ErrChanged, ErrNotFound,
+// refused, reset or cut connections, short bodies), a host name that
+// stopped resolving (it resolved when src was opened), and attempts that
+// the stall watchdog cancels. It never retries ErrChanged, ErrNotFound,
 // ErrNoRange, ErrClosed, other 4xx, nor a read whose ctx is done.
 //
 // A read that failed after n > 0 bytes resumes where it broke: it keeps
@@ -240,7 +242,7 @@ func (s *retrySource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 			return done, err
 		case err == nil && done == len(p):
 			return done, nil
-		case done == len(p) && (IsRetryable(err) || stalled):
+		case done == len(p) && (retryableRead(err) || stalled):
 			// Every byte arrived; what broke after them does not matter.
 			return done, nil
 		case err == nil:
@@ -257,7 +259,7 @@ func (s *retrySource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 		if stalled {
 			s.stalls.Add(1)
 			err = fmt.Errorf("read %s at %d: %w (got %d of %d bytes)", s.src, off+int64(done-n), errStalled, n, len(rest))
-		} else if !IsRetryable(err) {
+		} else if !retryableRead(err) {
 			return done, withAttempts(err, attempt)
 		}
 		if n > 0 {
@@ -288,6 +290,21 @@ func (s *retrySource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 			return done, s.timeout(off, attempt, start, nil, lastErr)
 		}
 	}
+}
+
+// retryableRead is IsRetryable for a read of an object that was opened:
+// there, a host name that no longer resolves ("no such host") is a DNS
+// outage to wait out, since it resolved at open; at open it is final (a
+// typo, a name that does not exist).
+func retryableRead(err error) bool {
+	if IsRetryable(err) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	_, ok := errors.AsType[*net.DNSError](err)
+	return ok
 }
 
 // attempt makes one read of p at off under ctx, watched by a stall

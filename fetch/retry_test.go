@@ -3,10 +3,12 @@ package fetch
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -156,6 +158,8 @@ func TestRetryTransient(t *testing.T) {
 		{"408", &StatusError{Code: 408, Status: "408 Request Timeout"}},
 		{"reset", errReset},
 		{"short body", errShort},
+		// The name resolved at open: a DNS outage, waited out.
+		{"no such host", fmt.Errorf("read x: %w", &net.DNSError{Err: "no such host", Name: "a.test", IsNotFound: true})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,6 +190,8 @@ func TestRetryPermanent(t *testing.T) {
 		{"501", &StatusError{Code: 501, Status: "501 Not Implemented"}},
 		{"other", errFake},
 		{"canceled", context.Canceled},
+		{"no such host, canceled", fmt.Errorf("%w (%w)", context.Canceled, &net.DNSError{Err: "no such host", IsNotFound: true})},
+		{"bad certificate", &tls.CertificateVerificationError{Err: errors.New("x509: certificate signed by unknown authority")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

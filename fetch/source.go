@@ -334,6 +334,11 @@ func readRanged(ctx context.Context, p []byte, off, size int64, name string,
 	}
 	want := int(min(int64(len(p)), size-off))
 	n, err := readRange(ctx, p[:want], off)
+	if errors.Is(err, ErrNotFound) {
+		// It was there at open: say so, or "not found" reads like a
+		// wrong URL.
+		err = fmt.Errorf("%w: deleted since it was opened", err)
+	}
 	if err != nil {
 		return n, fmt.Errorf("read %s at %d: %w", name, off, err)
 	}

@@ -110,13 +110,19 @@ func TestExtractMatchesTarExtract(t *testing.T) {
 // waitLog waits until the mount's log has s.
 func waitLog(t *testing.T, m *mounted, s string) {
 	t.Helper()
-	deadline := time.After(3 * time.Minute)
+	waitLogWithin(t, m, s, 3*time.Minute)
+}
+
+// waitLogWithin waits until the mount's log has s, at most limit.
+func waitLogWithin(t *testing.T, m *mounted, s string, limit time.Duration) {
+	t.Helper()
+	deadline := time.After(limit)
 	for !strings.Contains(m.stderr.String(), s) {
 		select {
 		case <-m.exited:
 			t.Fatalf("tarmount exited: %v\n%s", m.err, m.stderr)
 		case <-deadline:
-			t.Fatalf("no %q after 3 minutes:\n%s", s, m.stderr)
+			t.Fatalf("no %q after %v:\n%s", s, limit, m.stderr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

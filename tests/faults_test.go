@@ -4,16 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"math/rand/v2"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,148 +17,23 @@ import (
 	"github.com/tarmount/tarmount/tests/corpus"
 )
 
-// faultMode is what a faultHandler does with requests.
-type faultMode int32
+// flakyRates are the faults of a flaky server: 5% of ranged GETs
+// answered 503, 3% cut in the middle of the body.
+var flakyRates = map[shaped.Fault]float64{shaped.Fault503: 0.05, shaped.FaultCut: 0.03}
 
-const (
-	modeClean faultMode = iota // pass everything through
-	modeFlaky                  // 5% of ranged GETs answered 503, 3% cut in the middle of the body
-	modeFail                   // 500 for every request
-	modeHang                   // no answer at all until the client leaves
-)
-
-// forced faults go first in modeFlaky, whatever the draw.
-type forcedFault int
-
-const (
-	force503 forcedFault = iota
-	forceCut
-)
-
-// faultHandler wraps a handler and injects faults. The identity probe
-// (Range: bytes=0-0) of a mount is never harmed in modeFlaky.
-type faultHandler struct {
-	next    http.Handler
-	mode    atomic.Int32
-	release chan struct{} // closed at cleanup: hung requests return
-
-	injected503, injectedCuts atomic.Int64
-
-	mu sync.Mutex
-	// guarded by mu
-	rng    *rand.Rand
-	forced []forcedFault
-}
-
-func newFaultHandler(next http.Handler) *faultHandler {
-	return &faultHandler{next: next, release: make(chan struct{}), rng: rand.New(rand.NewPCG(3, 4))}
-}
-
-func (h *faultHandler) setMode(m faultMode) { h.mode.Store(int32(m)) }
-
-// force makes the next ranged GETs in modeFlaky fail as listed.
-func (h *faultHandler) force(f ...forcedFault) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.forced = append(h.forced, f...)
-}
-
-// draw picks the fault of one ranged GET in modeFlaky.
-func (h *faultHandler) draw() (is503, cut bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.forced) > 0 {
-		f := h.forced[0]
-		h.forced = h.forced[1:]
-		return f == force503, f == forceCut
-	}
-	x := h.rng.Float64()
-	return x < 0.05, x >= 0.05 && x < 0.08
-}
-
-func (h *faultHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch faultMode(h.mode.Load()) {
-	case modeFail:
-		http.Error(w, "broken", http.StatusInternalServerError)
-		return
-	case modeHang:
-		select {
-		case <-r.Context().Done():
-		case <-h.release:
-		}
-		return
-	case modeFlaky:
-		if rng := r.Header.Get("Range"); rng != "" && rng != "bytes=0-0" {
-			is503, cut := h.draw()
-			switch {
-			case is503:
-				h.injected503.Add(1)
-				http.Error(w, "busy", http.StatusServiceUnavailable)
-				return
-			case cut:
-				w = &cutWriter{ResponseWriter: w, h: h}
-			}
-		}
-	}
-	h.next.ServeHTTP(w, r)
-}
-
-// cutWriter passes a 206 reply through until a random point of its body,
-// then closes the connection.
-type cutWriter struct {
-	http.ResponseWriter
-	h      *faultHandler
-	armed  bool // a 206 with a body: cut it
-	at     int  // body bytes to send before the cut
-	sent   int
-	closed bool
-}
-
-var errCut = errors.New("connection cut by the test")
-
-func (w *cutWriter) WriteHeader(code int) {
-	if cl, err := strconv.Atoi(w.Header().Get("Content-Length")); err == nil && code == http.StatusPartialContent && cl > 1 {
-		w.h.mu.Lock()
-		w.at = w.h.rng.IntN(cl)
-		w.h.mu.Unlock()
-		w.armed = true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *cutWriter) Write(p []byte) (int, error) {
-	switch {
-	case w.closed:
-		return 0, errCut
-	case !w.armed || w.sent+len(p) <= w.at:
-		n, err := w.ResponseWriter.Write(p)
-		w.sent += n
-		return n, err
-	}
-	n, _ := w.ResponseWriter.Write(p[:w.at-w.sent])
-	w.sent += n
-	rc := http.NewResponseController(w.ResponseWriter)
-	rc.Flush()
-	if conn, _, err := rc.Hijack(); err == nil {
-		conn.Close()
-	}
-	w.closed = true
-	w.h.injectedCuts.Add(1)
-	return n, errCut
-}
-
-// serveFaulty serves dir through a faultHandler on 127.0.0.1.
-func serveFaulty(t *testing.T, dir string) (string, *faultHandler) {
+// serveFaulty serves dir on 127.0.0.1 through a shaped.Faults that
+// injects nothing until told.
+func serveFaulty(t *testing.T, dir string) (string, *shaped.Faults) {
 	t.Helper()
-	inner := shaped.NewHandler(dir, shaped.Options{})
-	h := newFaultHandler(inner)
+	f := shaped.NewFaults(3)
+	h := shaped.NewHandler(dir, shaped.Options{Faults: f})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
+		f.Release() // hung requests return: srv.Close waits for them
 		srv.Close()
-		inner.Close()
+		h.Close()
 	})
-	t.Cleanup(func() { close(h.release) }) // before srv.Close: hung requests return
-	return srv.URL, h
+	return srv.URL, f
 }
 
 // readAll reads every regular file below dir and calls check with its
@@ -251,15 +121,15 @@ func TestMountFaults(t *testing.T) {
 	// Small spans make many range requests; the second mount loads the
 	// saved index, so that its reads fetch spans instead of finding them
 	// in the block cache of the index pass.
-	h.setMode(modeFlaky)
-	h.force(force503, forceCut)
+	h.SetRates(flakyRates)
+	h.Force(shaped.Fault503, shaped.FaultCut)
 	first := mount(t, url, append(args, "--span", "262144")...)
 	if !strings.Contains(first.stderr.String(), "msg=indexing") {
 		t.Fatalf("first mount did not index:\n%s", first.stderr)
 	}
 	first.stop(t)
 
-	h.force(force503, forceCut, forceCut)
+	h.Force(shaped.Fault503, shaped.FaultCut, shaped.FaultCut)
 	m := mount(t, url, args...)
 	files := 0
 	readAll(t, m.dir, func(rel string, data []byte, err error) {
@@ -277,26 +147,26 @@ func TestMountFaults(t *testing.T) {
 	if !strings.Contains(m.stderr.String(), "msg=retry") {
 		t.Errorf("no retry logged although faults were injected:\n%s", m.stderr)
 	}
-	t.Logf("injected %d 503s and %d cuts over %d files", h.injected503.Load(), h.injectedCuts.Load(), files)
+	t.Logf("injected %d 503s and %d cuts over %d files", h.Injected(shaped.Fault503), h.Injected(shaped.FaultCut), files)
 
 	// 2. A dead server, then a silent one: EIO within the read timeout.
 	// 3. The server recovers: the same file reads (failed spans are not
 	// cached).
-	h.setMode(modeClean)
+	h.SetRates(nil)
 	m = mount(t, url, args...)
 	readmePath := filepath.Join(m.dir, readme)
 	bound := readTimeout + 10*time.Second // slack for a loaded machine and the race detector
-	for _, mode := range []faultMode{modeFail, modeHang} {
-		h.setMode(mode)
+	for _, mode := range []shaped.Fault{shaped.Fault500, shaped.FaultHang} {
+		h.SetAlways(mode)
 		elapsed, err := readWithin(t, time.Minute, func() error {
 			_, err := readDirect(readmePath)
 			return err
 		})
 		if !errors.Is(err, syscall.EIO) {
-			t.Errorf("mode %d: O_DIRECT read: got %v, want EIO", mode, err)
+			t.Errorf("%v: O_DIRECT read: got %v, want EIO", mode, err)
 		}
 		if elapsed > bound {
-			t.Errorf("mode %d: EIO after %v, want within --read-timeout %v (+ slack)", mode, elapsed, readTimeout)
+			t.Errorf("%v: EIO after %v, want within --read-timeout %v (+ slack)", mode, elapsed, readTimeout)
 		}
 		// A buffered read may reach tarmount more than once (readahead,
 		// then the page itself); it fails too, and does not hang.
@@ -305,11 +175,11 @@ func TestMountFaults(t *testing.T) {
 			return err
 		})
 		if !errors.Is(err, syscall.EIO) {
-			t.Errorf("mode %d: buffered read: got %v, want EIO", mode, err)
+			t.Errorf("%v: buffered read: got %v, want EIO", mode, err)
 		}
-		t.Logf("mode %d: EIO after %v", mode, elapsed)
+		t.Logf("%v: EIO after %v", mode, elapsed)
 	}
-	h.setMode(modeClean)
+	h.SetAlways(shaped.FaultNone)
 	got, err := readDirect(readmePath)
 	if err != nil {
 		t.Fatalf("read after the server recovered: %v", err)

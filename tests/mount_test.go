@@ -97,8 +97,21 @@ type mounted struct {
 // exits cleanly.
 func mount(t testing.TB, url string, args ...string) *mounted {
 	t.Helper()
-	m := &mounted{dir: t.TempDir(), stderr: &syncBuffer{}, exited: make(chan struct{})}
-	m.cmd = exec.Command(binary, append([]string{url, m.dir, "--mount-name", testMountName}, args...)...)
+	m := startMount(t, nil, t.TempDir(), url, args...)
+	if err := m.waitReady(3 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// startMount runs `tarmount URL DIR args...`, through the command wrap
+// (which must exec the rest of its arguments) when it is not empty, and
+// returns at once. The cleanup stops it as mount's does.
+func startMount(t testing.TB, wrap []string, dir, url string, args ...string) *mounted {
+	t.Helper()
+	m := &mounted{dir: dir, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	argv := append(append(append([]string(nil), wrap...), binary, url, m.dir, "--mount-name", testMountName), args...)
+	m.cmd = exec.Command(argv[0], argv[1:]...)
 	m.cmd.Stderr = m.stderr
 	m.cmd.Env = append(os.Environ(), "GORACE=exitcode=66 halt_on_error=1")
 	if err := m.cmd.Start(); err != nil {
@@ -109,17 +122,23 @@ func mount(t testing.TB, url string, args ...string) *mounted {
 		close(m.exited)
 	}()
 	t.Cleanup(func() { m.stop(t) })
-	deadline := time.After(3 * time.Minute)
+	return m
+}
+
+// waitReady waits until m says it is ready, and fails if it exits first
+// or takes longer than limit.
+func (m *mounted) waitReady(limit time.Duration) error {
+	deadline := time.After(limit)
 	for !strings.Contains(m.stderr.String(), "msg=ready") {
 		select {
 		case <-m.exited:
-			t.Fatalf("tarmount exited before the mount was ready: %v\n%s", m.err, m.stderr)
+			return fmt.Errorf("tarmount exited before the mount was ready: %v\n%s", m.err, m.stderr)
 		case <-deadline:
-			t.Fatalf("mount not ready after 3 minutes:\n%s", m.stderr)
+			return fmt.Errorf("mount not ready after %v:\n%s", limit, m.stderr)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return m
+	return nil
 }
 
 func (m *mounted) stop(t testing.TB) {
@@ -147,14 +166,26 @@ func (m *mounted) stop(t testing.TB) {
 	}
 }
 
+// isMounted reports whether a FUSE filesystem is mounted on dir (a bind
+// mount of dir on itself, which some tests make, does not count).
 func isMounted(dir string) bool {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return false
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return true
+		f := strings.Fields(line)
+		if len(f) <= 4 || f[4] != dir {
+			continue
+		}
+		// The filesystem type follows the "-" that ends the optional fields.
+		for i := 5; i+1 < len(f); i++ {
+			if f[i] == "-" {
+				if strings.HasPrefix(f[i+1], "fuse") {
+					return true
+				}
+				break
+			}
 		}
 	}
 	return false

@@ -268,7 +268,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 			return err
 		}
 		defer bg.stop()
-		fsOpts.Local = bg.job
+		fsOpts.Local = bg
 		archive = gatedReader{a.reader, bg.gate}
 	}
 	abs, err := filepath.Abs(mountpoint)

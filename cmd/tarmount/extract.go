@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tarmount/tarmount/fetch"
+	tfs "github.com/tarmount/tarmount/fs"
 	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/materialize"
 )
@@ -271,9 +272,16 @@ func (r gatedReader) ReadAt(ctx context.Context, id index.EntryID, p []byte, off
 	return r.Reader.ReadAt(ctx, id, p, off)
 }
 
-// background is the materialization that runs behind a mount.
+// background is the materialization that runs behind a mount. A job
+// that a failure stops (the server away for longer than --read-timeout,
+// a TLS or credentials error) is opened again after a pause, which resumes
+// it from its journal, until it completes or fails for good (the archive
+// changed or is gone, or its data does not match the index).
 type background struct {
-	job    *materialize.Job
+	// set once
+	dir    string
+	key    string
+	opts   materialize.Options
 	gate   *materialize.Gate
 	reader *index.Reader
 	a      *archive
@@ -283,24 +291,39 @@ type background struct {
 	cancel context.CancelFunc
 	ctx    context.Context
 	done   chan struct{}
+
+	// job is the current job; run replaces one that failed.
+	job atomic.Pointer[materialize.Job]
 	// started is set by run; err is the job's result (or why it did not
 	// start), set before done is closed.
 	started bool
 	err     error
 }
 
+var _ tfs.Local = (*background)(nil)
+
+// Pauses before a failed materialization is opened again: doubling from
+// the first to the last.
+const (
+	materializeRetryFirst = time.Second
+	materializeRetryMax   = time.Minute
+)
+
 // startMaterialize opens the job of --materialize DIR (refusing a DIR that
 // is not ours before anything is mounted); run starts it.
 func startMaterialize(ctx context.Context, a *archive, c *config, log *slog.Logger) (*background, error) {
-	b := &background{gate: &materialize.Gate{}, a: a, log: log, prog: &materialize.Progress{}, done: make(chan struct{})}
-	job, err := materialize.Open(c.mat.dir, a.src.Identity().Key(), materialize.Options{
+	b := &background{gate: &materialize.Gate{}, a: a, log: log, prog: &materialize.Progress{}, done: make(chan struct{}),
+		key: a.src.Identity().Key()}
+	b.opts = materialize.Options{
 		Writers: c.mat.writers, Decoders: c.mat.decoders, Overwrite: c.mat.overwrite, Sync: c.mat.sync,
 		Gate: b.gate, Progress: b.prog, Logger: log,
-	})
+	}
+	job, err := materialize.Open(c.mat.dir, b.key, b.opts)
 	if err != nil {
 		return nil, err
 	}
-	b.job = job
+	b.job.Store(job)
+	b.dir = job.Dir()
 	// Its own reader straight on the source: span decodes neither go
 	// through nor evict the mount's caches (memory and disk).
 	b.src = &countingSource{Source: a.src}
@@ -313,29 +336,98 @@ func startMaterialize(ctx context.Context, a *archive, c *config, log *slog.Logg
 	return b, nil
 }
 
+// OpenLocal opens the copy of id in DIR if the current job has it
+// complete (fs.Local).
+func (b *background) OpenLocal(id index.EntryID) (*os.File, bool) {
+	return b.job.Load().OpenLocal(id)
+}
+
 func (b *background) run() {
 	spans := materialize.IndexSpans(b.reader, b.src)
-	if spans == nil && !b.job.Complete() {
-		b.log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", b.job.Dir())
+	if spans == nil && !b.job.Load().Complete() {
+		b.log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", b.dir)
 		b.err = errNoSpans
 		close(b.done)
 		return
 	}
 	b.started = true
 	start := time.Now()
-	b.log.Info("materializing", "path", b.job.Dir())
+	b.log.Info("materializing", "path", b.dir)
 	go func() {
 		defer close(b.done)
-		if err := b.job.Run(b.ctx, b.a.ix, spans); err != nil {
-			b.err = err
-			if b.ctx.Err() == nil {
-				b.log.Error("materialize failed; files not yet written are served from the archive", "path", b.job.Dir(), "err", err)
+		delay := materializeRetryFirst
+		for {
+			err := b.job.Load().Run(b.ctx, b.a.ix, spans)
+			if err == nil {
+				break
 			}
-			return
+			if b.ctx.Err() != nil {
+				b.err = err
+				return
+			}
+			if !resumable(err) {
+				b.err = err
+				b.log.Error("materialize failed; files not yet written are served from the archive", "path", b.dir, "err", err)
+				return
+			}
+			b.log.Warn("materialize interrupted; files not yet written are served from the archive until it resumes",
+				"path", b.dir, "err", err, "delay", delay)
+			if err := sleepCtx(b.ctx, delay); err != nil {
+				b.err = err
+				return
+			}
+			delay = min(2*delay, materializeRetryMax)
+			// A job runs once: close it, and open DIR again, which
+			// resumes from the journal. Meanwhile files are read from
+			// the archive.
+			b.job.Load().Close()
+			job, err := materialize.Open(b.dir, b.key, b.opts)
+			if err != nil {
+				b.err = err
+				b.log.Error("materialize failed; files not yet written are served from the archive", "path", b.dir, "err", err)
+				return
+			}
+			b.resetProgress()
+			b.job.Store(job)
 		}
-		b.log.Info("materialized", "path", b.job.Dir(), "files", b.prog.Files.Load(), "bytes", b.prog.Bytes.Load(),
+		b.log.Info("materialized", "path", b.dir, "files", b.prog.Files.Load(), "bytes", b.prog.Bytes.Load(),
 			"fetched", b.src.n.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
 	}()
+}
+
+// resumable reports whether a materialization that failed with err may
+// complete if opened again: not when the archive changed or is gone, its
+// data does not match the index, or DIR is not ours. Anything else (the
+// source unreachable or refusing for a while, a full disk) may pass.
+func resumable(err error) bool {
+	for _, e := range []error{fetch.ErrChanged, fetch.ErrNotFound, fetch.ErrNoRange, index.ErrCorrupt,
+		index.ErrBadIndex, materialize.ErrNotOurs, errNoSpans} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// resetProgress starts the counts of a new run of the job: it counts what
+// is left to do.
+func (b *background) resetProgress() {
+	p := b.prog
+	for _, c := range []*atomic.Int64{&p.FilesTotal, &p.BytesTotal, &p.Files, &p.Bytes, &p.Input, &p.Entries} {
+		c.Store(0)
+	}
+}
+
+// sleepCtx waits d or until ctx is done, and returns ctx.Err() then.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // errNoSpans stops the materialization of an archive without checkpoints.
@@ -351,7 +443,7 @@ func (b *background) state() (complete bool, stopped string) {
 		}
 		return true, ""
 	default:
-		return b.job.Complete(), ""
+		return b.job.Load().Complete(), ""
 	}
 }
 
@@ -384,7 +476,7 @@ func (b *background) progressLine() string {
 	select {
 	case <-b.done:
 		if b.err == nil {
-			return fmt.Sprintf("serving; materialized %d files (%s) in %s", files, mb(p.Bytes.Load()), b.job.Dir())
+			return fmt.Sprintf("serving; materialized %d files (%s) in %s", files, mb(p.Bytes.Load()), b.dir)
 		}
 		return fmt.Sprintf("serving; materialization stopped at %d of %d files (see the log)", files, total)
 	default:
@@ -393,7 +485,7 @@ func (b *background) progressLine() string {
 	if bt := p.BytesTotal.Load(); bt > 0 {
 		pct = 100 * float64(p.Bytes.Load()) / float64(bt)
 	}
-	return fmt.Sprintf("serving; materializing %s: %.0f%%, %d of %d files", b.job.Dir(), pct, files, total)
+	return fmt.Sprintf("serving; materializing %s: %.0f%%, %d of %d files", b.dir, pct, files, total)
 }
 
 // stop ends the job (resumable) and waits for it.
@@ -402,6 +494,6 @@ func (b *background) stop() {
 	if b.started {
 		<-b.done
 	}
-	b.job.Close()
+	b.job.Load().Close()
 	b.reader.Close()
 }

@@ -143,7 +143,7 @@ func (s *statusSource) status() *mountStatus {
 	if b := s.bg; b != nil {
 		p := b.prog
 		m := &materializeStatus{
-			Dir:   b.job.Dir(),
+			Dir:   b.dir,
 			Files: p.Files.Load(), FilesTotal: p.FilesTotal.Load(),
 			Bytes: p.Bytes.Load(), BytesTotal: p.BytesTotal.Load(),
 			FetchedBytes: b.src.n.Load(),

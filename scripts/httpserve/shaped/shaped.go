@@ -3,7 +3,10 @@
 // Last-Modified and the conditional headers (If-Match, If-None-Match,
 // If-Range, If-Modified-Since), optionally shaped like object storage (a
 // delay before every response and a per-connection bandwidth cap), and it
-// counts what it served.
+// counts what it served. For fault tests it injects what a failing object
+// store does (Faults: 5xx, throttling, bodies cut or stalled, silence), and
+// Server serves it on a loopback address that can go away and come back,
+// drop its connections, and change its TLS certificate.
 //
 // It owns only serving bytes over HTTP; it knows nothing of tar or of
 // tarmount's packages. A Handler is safe for concurrent use.
@@ -42,6 +45,8 @@ type Options struct {
 	Rate int64
 	// Logger gets one Debug line per request; nil discards.
 	Logger *slog.Logger
+	// Faults, if set, injects faults into the requests (after Latency).
+	Faults *Faults
 }
 
 // Stats counts what the handler served since it was made or last reset.
@@ -135,27 +140,62 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	sw := &shapedWriter{ResponseWriter: w, h: h, rate: bucket{rate: h.opts.Rate}, req: r}
-	h.serve(sw, r)
-	if sw.code == 0 {
+	abort := h.serve(sw, r)
+	if sw.code == 0 && !abort {
 		sw.code = http.StatusOK
 	}
 	h.mu.Lock()
 	h.status[sw.code]++
 	h.mu.Unlock()
 	h.log.Debug("request", "method", r.Method, "path", r.URL.Path, "range", r.Header.Get("Range"),
-		"status", sw.code, "len", sw.written, "dur", time.Since(start))
+		"status", sw.code, "len", sw.written, "dur", time.Since(start), "aborted", abort)
+	if abort {
+		// The client sees the connection close (HTTP/1.1) or the
+		// stream reset (HTTP/2) where the reply broke.
+		panic(http.ErrAbortHandler)
+	}
 }
 
-func (h *Handler) serve(w *shapedWriter, r *http.Request) {
+// serve answers r on w; abort reports an injected fault that must end
+// the reply abruptly.
+func (h *Handler) serve(w *shapedWriter, r *http.Request) (abort bool) {
 	if h.opts.Latency > 0 {
 		t := time.NewTimer(h.opts.Latency)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			return
+			return false
 		}
 	}
+	var ww http.ResponseWriter = w
+	if f := h.opts.Faults; f != nil {
+		switch k := f.pick(r); k {
+		case Fault503:
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return false
+		case Fault429:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return false
+		case Fault500:
+			http.Error(w, "broken", http.StatusInternalServerError)
+			return false
+		case FaultHang:
+			f.wait(r)
+			return true
+		case FaultCut, FaultStall:
+			bw := &brokenWriter{ResponseWriter: w, f: f, r: r, stall: k == FaultStall}
+			defer func() { abort = bw.broken }()
+			ww = bw
+		}
+	}
+	h.serveFile(ww, r)
+	return false
+}
+
+// serveFile answers r with a file below the directory.
+func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -293,6 +333,9 @@ func (w *shapedWriter) Flush() {
 		f.Flush()
 	}
 }
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *shapedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ParseRate parses a bandwidth such as "80MB", "80M", "10MiB", "1.5GB",
 // "500KB" or "1000" (bytes per second). Decimal units (K, KB, M, MB, G, GB)
