@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tarmount/tarmount/fetch"
 	tfs "github.com/tarmount/tarmount/fs"
 	"github.com/tarmount/tarmount/index"
@@ -324,10 +326,36 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 }
 
 func unmount(mountpoint string, log *slog.Logger) error {
+	dead := deadMount(mountpoint)
 	err := tfs.Unmount(mountpoint)
-	if errors.Is(err, tfs.ErrBusy) {
+	switch {
+	case errors.Is(err, tfs.ErrBusy) && dead:
+		log.Warn("dead mount (its server is gone) in use: detached lazily; it goes away when the last file is closed", "path", mountpoint)
+		return nil
+	case errors.Is(err, tfs.ErrBusy):
 		log.Warn("mount busy: detached lazily; it goes away when the last file is closed", "path", mountpoint)
 		return nil
+	case err == nil && dead:
+		log.Info("cleared a dead mount (its server was gone)", "path", mountpoint)
 	}
 	return err
+}
+
+// deadMount reports whether the mount at mountpoint has lost its server:
+// statfs, which the kernel never answers from its caches, fails with
+// ENOTCONN. A server that does not answer within a second is taken for
+// alive; the statfs is then left to return on its own, as the command
+// goes on to unmount and exit.
+func deadMount(mountpoint string) bool {
+	done := make(chan error, 1)
+	go func() {
+		var st unix.Statfs_t
+		done <- unix.Statfs(mountpoint, &st)
+	}()
+	select {
+	case err := <-done:
+		return errors.Is(err, unix.ENOTCONN)
+	case <-time.After(time.Second):
+		return false
+	}
 }
