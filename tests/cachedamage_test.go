@@ -1,10 +1,15 @@
 package tests
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tarmount/tarmount/tests/corpus"
@@ -219,6 +224,93 @@ func TestDamagedDiskCache(t *testing.T) {
 	m := mount(t, f.url, args...)
 	if !strings.Contains(m.stderr.String(), "disk cache unusable") {
 		t.Errorf("no warning about the unusable disk cache:\n%s", m.stderr)
+	}
+	readTree(t, m.dir, f.src)
+	m.stop(t)
+}
+
+// TestDamagedDecodedCopy damages the decoded copy that the index pass of a
+// stream-only archive (one zstd frame) keeps under the cache directory: a
+// mount over it never returns wrong bytes (a damaged span fails with EIO),
+// and drops the copy, so that the next mount decodes the archive again and
+// serves every byte.
+func TestDamagedDecodedCopy(t *testing.T) {
+	needFUSE(t)
+	// One zstd frame holding more than the 32 MiB that a read may decode
+	// whole: 40 MiB of text beside the corpus.
+	f := &fixture{work: t.TempDir()}
+	f.src = filepath.Join(f.work, "src")
+	corpus.MakeTree(t, f.src, corpus.TreeOptions{NoSparse: true, NoBigFiles: true})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 5 {
+		b := make([]byte, 8<<20)
+		for j := range b {
+			b[j] = "abcdefghijklmnopqrstuvwxyz0123456789 \n"[rng.IntN(38)]
+		}
+		if err := os.WriteFile(filepath.Join(f.src, fmt.Sprintf("text%d.txt", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	served := filepath.Join(f.work, "served")
+	if err := os.Mkdir(served, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	corpus.Archive(t, f.src, filepath.Join(served, "a.tar.zst"), corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd"})
+	base, _ := serve(t, served)
+	f.url = base + "/a.tar.zst"
+	cache := filepath.Join(f.work, "cache")
+	args := []string{"--cache-dir", cache}
+	first := mount(t, f.url, args...)
+	first.stop(t)
+	if !strings.Contains(first.stderr.String(), "stream-only") {
+		t.Fatalf("the archive is not stream-only:\n%s", first.stderr)
+	}
+	copies, err := filepath.Glob(filepath.Join(cache, "decoded", "*.tar"))
+	if err != nil || len(copies) != 1 {
+		t.Fatalf("decoded copies: got %q, %v; want one", copies, err)
+	}
+	data, err := os.ReadFile(copies[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, frac := range []int{3, 5, 7} {
+		data[len(data)*frac/10] ^= 0xff
+	}
+	if err := os.WriteFile(copies[0], data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	m := mount(t, f.url, args...)
+	if strings.Contains(m.stderr.String(), "msg=indexing") {
+		t.Fatalf("the mount indexed again instead of using the damaged copy:\n%s", m.stderr)
+	}
+	var sawEIO bool
+	filepath.Walk(m.dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || !info.Mode().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(m.dir, p)
+		got, err := os.ReadFile(p)
+		if err != nil {
+			if !errors.Is(err, syscall.EIO) {
+				t.Errorf("%s: got %v, want EIO", rel, err)
+			}
+			sawEIO = true
+			return nil
+		}
+		if want, _ := os.ReadFile(filepath.Join(f.src, rel)); !bytes.Equal(got, want) {
+			t.Errorf("%s: read returned wrong bytes", rel)
+		}
+		return nil
+	})
+	if !sawEIO {
+		t.Error("no read failed after the decoded copy was damaged")
+	}
+	m.stop(t)
+
+	m = mount(t, f.url, args...)
+	if !strings.Contains(m.stderr.String(), "msg=indexing") {
+		t.Errorf("the mount after did not decode the archive again:\n%s", m.stderr)
 	}
 	readTree(t, m.dir, f.src)
 	m.stop(t)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -164,6 +165,19 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	ropts := index.ReaderOptions{CacheBytes: c.cacheMem / 2, Readahead: c.readahead, Logger: log}
 	if a.local != nil {
 		ropts.Local = a.local
+		var once sync.Once
+		ropts.LocalDamaged = func(int) {
+			// Drop the name of the damaged copy, so that the next
+			// mount decodes the archive again; this one keeps the
+			// open file for the spans that are intact.
+			once.Do(func() {
+				if err := os.Remove(localPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+					log.Warn("decoded copy damaged, and could not be removed", "path", localPath, "err", err)
+					return
+				}
+				log.Warn("decoded copy damaged: removed; the next mount decodes the archive again", "path", localPath)
+			})
+		}
 	}
 	a.reader = index.NewReader(a.ix, rs, ropts)
 	return a, nil
