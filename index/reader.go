@@ -42,6 +42,12 @@ type ReaderOptions struct {
 	// from the archive when the index is StreamOnly. Bytes read from it
 	// are checked against the span digests like decoded ones.
 	Local io.ReaderAt
+	// LocalDamaged, when set, is called when span i read from Local is
+	// short or fails its digest, before the read fails with ErrCorrupt:
+	// the copy is damaged, and the caller may drop it so that it is
+	// decoded again. It may be called from several goroutines at once and
+	// more than once.
+	LocalDamaged func(i int)
 }
 
 // Reader reads entries of an archive through its index: a read fetches
@@ -59,6 +65,8 @@ type Reader struct {
 	ctx    context.Context    // ends background decodes at Close
 	cancel context.CancelFunc // cancels ctx
 	wg     sync.WaitGroup     // decode goroutines
+	// localDamaged is ReaderOptions.LocalDamaged.
+	localDamaged func(i int)
 	// slots bounds the spans being fetched and decoded at once, and so
 	// the memory they hold beyond the cache. A decode for a waiting reader
 	// blocks for a slot; readahead only takes a free one. A freed slot
@@ -162,6 +170,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 		ahead:  max(ahead, 0),
 		slots:  make(chan struct{}, decodeSlots()),
 	}
+	r.localDamaged = opts.LocalDamaged
 	for i := range r.recent {
 		r.recent[i].span = -2
 	}
@@ -427,17 +436,21 @@ func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}) ([]by
 	size := r.spanEnd(i) - int64(cp.Out)
 	var data []byte
 	var err error
-	if cp.Kind == kindLocal {
+	local := cp.Kind == kindLocal
+	if local {
 		data, err = r.readLocal(i, size)
 	} else {
 		data, err = r.decodeFromArchive(ctx, i, size, cpu)
 	}
-	if err != nil {
-		return nil, err
+	if err == nil && xxhash.Sum64(data) != r.Digests[i] {
+		r.log.Error("span digest mismatch", "span", i, "off", cp.Out, "local", local)
+		err = fmt.Errorf("%w: span %d at %d: digest mismatch", ErrCorrupt, i, cp.Out)
 	}
-	if got := xxhash.Sum64(data); got != r.Digests[i] {
-		r.log.Error("span digest mismatch", "span", i, "off", cp.Out, "local", cp.Kind == kindLocal)
-		return nil, fmt.Errorf("%w: span %d at %d: digest mismatch", ErrCorrupt, i, cp.Out)
+	if err != nil {
+		if local && errors.Is(err, ErrCorrupt) && r.localDamaged != nil {
+			r.localDamaged(i)
+		}
+		return nil, err
 	}
 	r.decodes.Add(1)
 	return data, nil

@@ -652,6 +652,11 @@ func (j *Job) finish(ix *index.Index) error {
 			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, p); err != nil {
 				return err
 			}
+			// Done with it: a mount serves the complete tree through
+			// root, and must not hold a descriptor per directory for
+			// as long as it stays mounted.
+			unix.Close(int(fd))
+			j.dirfd[id] = -1
 		}
 	}
 	for i, fd := range append(j.stageDirs[:], j.tmpFd, j.stateFd) {

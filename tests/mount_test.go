@@ -92,12 +92,18 @@ type mounted struct {
 	err    error // set when exited is closed
 }
 
-// mount runs `tarmount URL MNT args...` and waits until it says it is
-// ready. The cleanup sends SIGTERM and checks that the process unmounts and
-// exits cleanly.
+// mount runs `tarmount URL MNT args...` on a new directory and waits until
+// it says it is ready. The cleanup sends SIGTERM and checks that the
+// process unmounts and exits cleanly.
 func mount(t testing.TB, url string, args ...string) *mounted {
 	t.Helper()
-	m := startMount(t, nil, t.TempDir(), url, args...)
+	return mountAt(t, t.TempDir(), url, args...)
+}
+
+// mountAt is mount on the directory dir.
+func mountAt(t testing.TB, dir, url string, args ...string) *mounted {
+	t.Helper()
+	m := startMount(t, nil, dir, url, args...)
 	if err := m.waitReady(3 * time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/fetch"
 	tfs "github.com/tarmount/tarmount/fs"
@@ -162,6 +165,19 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	ropts := index.ReaderOptions{CacheBytes: c.cacheMem / 2, Readahead: c.readahead, Logger: log}
 	if a.local != nil {
 		ropts.Local = a.local
+		var once sync.Once
+		ropts.LocalDamaged = func(int) {
+			// Drop the name of the damaged copy, so that the next
+			// mount decodes the archive again; this one keeps the
+			// open file for the spans that are intact.
+			once.Do(func() {
+				if err := os.Remove(localPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+					log.Warn("decoded copy damaged, and could not be removed", "path", localPath, "err", err)
+					return
+				}
+				log.Warn("decoded copy damaged: removed; the next mount decodes the archive again", "path", localPath)
+			})
+		}
 	}
 	a.reader = index.NewReader(a.ix, rs, ropts)
 	return a, nil
@@ -324,10 +340,36 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 }
 
 func unmount(mountpoint string, log *slog.Logger) error {
+	dead := deadMount(mountpoint)
 	err := tfs.Unmount(mountpoint)
-	if errors.Is(err, tfs.ErrBusy) {
+	switch {
+	case errors.Is(err, tfs.ErrBusy) && dead:
+		log.Warn("dead mount (its server is gone) in use: detached lazily; it goes away when the last file is closed", "path", mountpoint)
+		return nil
+	case errors.Is(err, tfs.ErrBusy):
 		log.Warn("mount busy: detached lazily; it goes away when the last file is closed", "path", mountpoint)
 		return nil
+	case err == nil && dead:
+		log.Info("cleared a dead mount (its server was gone)", "path", mountpoint)
 	}
 	return err
+}
+
+// deadMount reports whether the mount at mountpoint has lost its server:
+// statfs, which the kernel never answers from its caches, fails with
+// ENOTCONN. A server that does not answer within a second is taken for
+// alive; the statfs is then left to return on its own, as the command
+// goes on to unmount and exit.
+func deadMount(mountpoint string) bool {
+	done := make(chan error, 1)
+	go func() {
+		var st unix.Statfs_t
+		done <- unix.Statfs(mountpoint, &st)
+	}()
+	select {
+	case err := <-done:
+		return errors.Is(err, unix.ENOTCONN)
+	case <-time.After(time.Second):
+		return false
+	}
 }
