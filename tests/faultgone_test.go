@@ -16,17 +16,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
 	"github.com/tarmount/tarmount/tests/corpus"
 	"github.com/tarmount/tarmount/tests/s3server"
 )
 
-// s3Proxy forwards requests to an S3 server after a delay each, and
-// counts the bytes of the replies, so that a phase lasts long enough for a
-// fault to strike it in the middle. The Host header goes through as the
-// client sent it, so that signatures still match.
+// s3Proxy forwards requests to an S3 server after a delay each, through
+// injected faults, and counts the bytes of the replies, so that a phase
+// lasts long enough for a fault to strike it in the middle. The Host
+// header goes through as the client sent it, so that signatures still
+// match.
 type s3Proxy struct {
 	latency atomic.Int64 // a time.Duration
-	rp      *httputil.ReverseProxy
+	faults  *shaped.Faults
+	next    http.Handler // faults.Wrap(the reverse proxy)
 	bytes   atomic.Int64
 }
 
@@ -38,7 +41,7 @@ func (p *s3Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	p.rp.ServeHTTP(&countingWriter{ResponseWriter: w, n: &p.bytes}, r)
+	p.next.ServeHTTP(&countingWriter{ResponseWriter: w, n: &p.bytes}, r)
 }
 
 type countingWriter struct {
@@ -83,10 +86,14 @@ func newS3Site(t *testing.T, a *faultArchive, latency time.Duration) (*faultSite
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &s3Proxy{rp: httputil.NewSingleHostReverseProxy(target)}
+	p := &s3Proxy{faults: shaped.NewFaults(13)}
+	p.next = p.faults.Wrap(httputil.NewSingleHostReverseProxy(target))
 	p.latency.Store(int64(latency))
 	proxy := httptest.NewServer(p)
-	t.Cleanup(proxy.Close)
+	t.Cleanup(func() {
+		p.faults.Release()
+		proxy.Close()
+	})
 	s := &faultSite{a: a, url: "s3://archives/a.tar.gz", served: p.bytes.Load,
 		args: []string{"--endpoint-url", proxy.URL}}
 	s.idx = filepath.Join(t.TempDir(), "s3.idx")

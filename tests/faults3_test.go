@@ -8,8 +8,48 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
 	"github.com/tarmount/tarmount/tests/s3server"
 )
+
+// TestFaultsS3Transient: TestFaultsTransient from S3 (versitygw behind a
+// proxy that injects the faults): 503s and throttling (429 with
+// Retry-After), and cut connections, in every phase, ridden out.
+func TestFaultsS3Transient(t *testing.T) {
+	a := newFaultArchive(t)
+	for _, tc := range []transientFault{
+		{"503-429", map[shaped.Fault]float64{shaped.Fault503: 0.1, shaped.Fault429: 0.05},
+			[]shaped.Fault{shaped.Fault429, shaped.Fault503}, 10 * time.Second},
+		{"cut", map[shaped.Fault]float64{shaped.FaultCut: 0.1}, []shaped.Fault{shaped.FaultCut}, 10 * time.Second},
+	} {
+		for _, phase := range []string{"index", "read", "extract", "extract-indexed", "materialize"} {
+			t.Run(tc.name+"/"+phase, func(t *testing.T) {
+				t.Parallel()
+				s, srv, p := newS3Site(t, a, 0)
+				f := fault{
+					start: func(t *testing.T) { p.faults.SetRates(tc.rates); p.faults.Force(tc.force...) },
+					stop:  func(t *testing.T) { p.faults.SetRates(nil) },
+					wrap:  s3Wrap(srv),
+				}
+				switch phase {
+				case "index":
+					phaseIndex(t, s, f, tc.readTimeout, 7, expect{})
+				case "read":
+					phaseRead(t, s, f, tc.readTimeout, 7, expect{})
+				case "extract", "extract-indexed":
+					phaseExtract(t, s, f, phase == "extract-indexed", tc.readTimeout, 7, expect{})
+				case "materialize":
+					phaseMaterialize(t, s, f, tc.readTimeout, 7, expect{})
+				}
+				n := p.faults.Injected(shaped.Fault503) + p.faults.Injected(shaped.Fault429) + p.faults.Injected(shaped.FaultCut)
+				if n == 0 {
+					t.Error("no fault was injected")
+				}
+				t.Logf("injected %d faults", n)
+			})
+		}
+	}
+}
 
 // TestFaultsS3Gone: TestFaultsGone from S3 (versitygw, unversioned): the
 // object replaced by a PutObject (412 on IfMatch) or deleted (404

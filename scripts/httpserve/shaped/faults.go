@@ -95,6 +95,42 @@ func (f *Faults) Injected(k Fault) int64 {
 // it before closing the server, whose Close waits for its handlers.
 func (f *Faults) Release() { f.releaseOnce.Do(func() { close(f.release) }) }
 
+// Wrap returns next with the faults of f injected into its requests, as
+// they are into a Handler's with Options.Faults: for a proxy in front of
+// another server.
+func (f *Faults) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.inject(w, r, next.ServeHTTP) {
+			panic(http.ErrAbortHandler)
+		}
+	})
+}
+
+// inject answers r with the fault it draws, or passes it to serve (with
+// a writer that breaks the body for a cut or a stall); abort reports a
+// reply that must end abruptly.
+func (f *Faults) inject(w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter, *http.Request)) (abort bool) {
+	switch k := f.pick(r); k {
+	case Fault503:
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	case Fault429:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "slow down", http.StatusTooManyRequests)
+	case Fault500:
+		http.Error(w, "broken", http.StatusInternalServerError)
+	case FaultHang:
+		f.wait(r)
+		return true
+	case FaultCut, FaultStall:
+		bw := &brokenWriter{ResponseWriter: w, f: f, r: r, stall: k == FaultStall}
+		serve(bw, r)
+		return bw.broken
+	default:
+		serve(w, r)
+	}
+	return false
+}
+
 // pick chooses the fault of r.
 func (f *Faults) pick(r *http.Request) Fault {
 	k := Fault(f.always.Load())

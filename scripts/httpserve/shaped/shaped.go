@@ -168,29 +168,10 @@ func (h *Handler) serve(w *shapedWriter, r *http.Request) (abort bool) {
 			return false
 		}
 	}
-	var ww http.ResponseWriter = w
 	if f := h.opts.Faults; f != nil {
-		switch k := f.pick(r); k {
-		case Fault503:
-			http.Error(w, "busy", http.StatusServiceUnavailable)
-			return false
-		case Fault429:
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "slow down", http.StatusTooManyRequests)
-			return false
-		case Fault500:
-			http.Error(w, "broken", http.StatusInternalServerError)
-			return false
-		case FaultHang:
-			f.wait(r)
-			return true
-		case FaultCut, FaultStall:
-			bw := &brokenWriter{ResponseWriter: w, f: f, r: r, stall: k == FaultStall}
-			defer func() { abort = bw.broken }()
-			ww = bw
-		}
+		return f.inject(w, r, h.serveFile)
 	}
-	h.serveFile(ww, r)
+	h.serveFile(w, r)
 	return false
 }
 
