@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/require"
@@ -371,6 +373,67 @@ func TestS3EndpointFromEnvironment(t *testing.T) {
 	src, err = Open(t.Context(), url, Options{EndpointURL: srv.URL})
 	require.NoError(t, err)
 	src.Close()
+}
+
+// TestS3ConfigFromEnvironment checks, without a server, that what the S3
+// options leave empty comes from the variables and the profile that the
+// AWS CLI reads, in its order, and that the options win over them.
+func TestS3ConfigFromEnvironment(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "config")
+	err := os.WriteFile(config, []byte(`[profile west]
+region = us-west-2
+endpoint_url = http://west.example:9000
+aws_access_key_id = k
+aws_secret_access_key = s
+
+[profile north]
+region = eu-north-1
+aws_access_key_id = k
+aws_secret_access_key = s
+`), 0o600)
+	require.NoError(t, err)
+	const (
+		all   = "http://all.example:1" // AWS_ENDPOINT_URL
+		s3    = "http://s3.example:2"  // AWS_ENDPOINT_URL_S3
+		given = "http://given.example:3"
+		west  = "http://west.example:9000"
+	)
+	tests := []struct {
+		name     string
+		env      map[string]string
+		opts     Options
+		region   string // the configured one; "" when none
+		endpoint string // "" for AWS
+	}{
+		{"nothing", nil, Options{}, "", ""},
+		{"AWS_REGION", map[string]string{"AWS_REGION": "eu-west-1"}, Options{}, "eu-west-1", ""},
+		{"AWS_DEFAULT_REGION", map[string]string{"AWS_DEFAULT_REGION": "eu-west-2"}, Options{}, "eu-west-2", ""},
+		{"AWS_REGION first", map[string]string{"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "eu-west-2"}, Options{}, "eu-west-1", ""},
+		{"region given", map[string]string{"AWS_REGION": "eu-west-1"}, Options{Region: "ap-south-1"}, "ap-south-1", ""},
+		{"AWS_PROFILE", map[string]string{"AWS_PROFILE": "west"}, Options{}, "us-west-2", west},
+		{"AWS_DEFAULT_PROFILE", map[string]string{"AWS_DEFAULT_PROFILE": "north"}, Options{}, "eu-north-1", ""},
+		{"profile given", map[string]string{"AWS_PROFILE": "west"}, Options{Profile: "north"}, "eu-north-1", ""},
+		{"AWS_REGION over the profile", map[string]string{"AWS_PROFILE": "west", "AWS_REGION": "eu-west-1"}, Options{}, "eu-west-1", west},
+		{"AWS_ENDPOINT_URL", map[string]string{"AWS_ENDPOINT_URL": all}, Options{}, "", all},
+		{"AWS_ENDPOINT_URL_S3", map[string]string{"AWS_ENDPOINT_URL_S3": s3}, Options{}, "", s3},
+		{"AWS_ENDPOINT_URL_S3 first", map[string]string{"AWS_ENDPOINT_URL": all, "AWS_ENDPOINT_URL_S3": s3}, Options{}, "", s3},
+		{"AWS_ENDPOINT_URL over the profile", map[string]string{"AWS_PROFILE": "west", "AWS_ENDPOINT_URL": all}, Options{}, "us-west-2", all},
+		{"endpoint given", map[string]string{"AWS_PROFILE": "west", "AWS_ENDPOINT_URL": all, "AWS_ENDPOINT_URL_S3": s3}, Options{EndpointURL: given}, "us-west-2", given},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("AWS_CONFIG_FILE", config)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := loadS3Config(t.Context(), tt.opts, sdkLogger{log: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			require.Equal(t, tt.region, cfg.Region, "region")
+			o := newS3Client(cfg, tt.opts, defaultS3Region).Options()
+			require.Equal(t, tt.endpoint, aws.ToString(o.BaseEndpoint), "endpoint")
+			require.Equal(t, tt.endpoint != "", o.UsePathStyle, "path-style addressing")
+		})
+	}
 }
 
 func TestS3URLForms(t *testing.T) {

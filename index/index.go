@@ -119,13 +119,24 @@ func (ix *Index) Len() int { return len(ix.recs) }
 // Entry returns the entry with the given id, or nil if there is none. The
 // entry is built for the caller, who may keep it.
 func (ix *Index) Entry(id EntryID) *Entry {
-	if int(id) >= len(ix.recs) {
+	e := new(Entry)
+	if !ix.FillEntry(id, e) {
 		return nil
+	}
+	return e
+}
+
+// FillEntry sets *e to the entry with the given id and reports whether
+// there is one: Entry without an allocation, for callers that go over
+// many entries and keep none.
+func (ix *Index) FillEntry(id EntryID, e *Entry) bool {
+	if int(id) >= len(ix.recs) {
+		return false
 	}
 	r := &ix.recs[id]
 	x := ix.extra(r)
 	o := &ix.owners[r.owner]
-	return &Entry{
+	*e = Entry{
 		Parent:     r.parent,
 		Name:       ix.str(r.name),
 		Type:       r.typ,
@@ -145,6 +156,7 @@ func (ix *Index) Entry(id EntryID) *Entry {
 		Nlink:      r.nlink,
 		Sparse:     r.sparse,
 	}
+	return true
 }
 
 func (ix *Index) childRecs(dir EntryID) []direntRec {

@@ -540,6 +540,24 @@ func TestLookupSorted(t *testing.T) {
 	}
 }
 
+// TestFillEntry checks that FillEntry gives what Entry gives, without an
+// allocation, and says when there is no such entry.
+func TestFillEntry(t *testing.T) {
+	ix := build(t, tarBytes(t, sampleMembers()), 1<<20)
+	var e Entry
+	for id := range EntryID(ix.Len()) {
+		if !ix.FillEntry(id, &e) || e != *ix.Entry(id) {
+			t.Errorf("entry %d: FillEntry gives %+v, Entry %+v", id, e, ix.Entry(id))
+		}
+	}
+	if ix.FillEntry(EntryID(ix.Len()), &e) || ix.Entry(EntryID(ix.Len())) != nil {
+		t.Errorf("entry %d of %d: FillEntry or Entry found one", ix.Len(), ix.Len())
+	}
+	if n := testing.AllocsPerRun(100, func() { ix.FillEntry(1, &e) }); n != 0 {
+		t.Errorf("FillEntry: got %v allocations, want 0", n)
+	}
+}
+
 func headerFor(name string, flag byte, mode, mtime int64, xattrs map[string]string) *tarscan.Header {
 	h := &tarscan.Header{Name: name, Typeflag: flag, Mode: mode, MTime: mtime, UID: 1, GID: 2, Uname: "u", Gname: "g"}
 	switch flag {

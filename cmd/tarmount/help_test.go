@@ -46,3 +46,22 @@ func TestParseID(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpS3Environment checks that each command's help says which
+// variables the S3 flags fall back on.
+func TestHelpS3Environment(t *testing.T) {
+	for _, cmd := range []string{"mount", "index", "extract", "ls", "cat", "get", "pack"} {
+		var out bytes.Buffer
+		args := []string{cmd, "--help"}
+		if cmd == "mount" {
+			args = args[1:]
+		}
+		run(args, &out)
+		for _, v := range []string{"$AWS_REGION", "$AWS_DEFAULT_REGION", "$AWS_PROFILE", "$AWS_DEFAULT_PROFILE",
+			"$AWS_ENDPOINT_URL_S3", "$AWS_ENDPOINT_URL or", "no environment variable"} {
+			if !strings.Contains(out.String(), v) {
+				t.Errorf("help of %s does not name %s", cmd, v)
+			}
+		}
+	}
+}

@@ -44,9 +44,15 @@ URL is http://..., https://..., s3://bucket/key, file:///path or a path.
 Archives: .tar, .tar.gz (gzip, pigz, multi-member), .tar.zst (seekable,
 multi-frame, single-frame), .tar.lz4 (frames, legacy), .tar.bz2 and .tar.xz,
 recognised by their content. Single-frame zstd and xz of one block
-(xz without -T) are stream-only: the first mount decodes them to CACHE-DIR/decoded. s3:// uses the standard AWS credentials (AWS_ACCESS_KEY_ID and
-AWS_SECRET_ACCESS_KEY, AWS_PROFILE or --profile, web identity, instance
-role), like the AWS CLI.
+(xz without -T) are stream-only: the first mount decodes them to CACHE-DIR/decoded.
+
+s3:// reads what the AWS CLI reads: the standard credential chain
+(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the shared files, web
+identity, SSO, instance role); --profile, else AWS_PROFILE or
+AWS_DEFAULT_PROFILE; --region, else the bucket's region as the server
+names it, else AWS_REGION, AWS_DEFAULT_REGION or the profile's;
+--endpoint-url, else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the
+profile's endpoint_url. --no-sign-request has no variable.
 
 Examples:
   tarmount https://example.com/runtime.tar.gz /mnt/runtime
@@ -168,10 +174,10 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts, whole copies from servers that ignore ranges included (0: none; local archives never)")
 	fs.Int64Var(&c.cacheDecoded, "cache-decoded", 20<<30, "bytes of decoded tar kept on disk under CACHE-DIR/decoded for stream-only archives (single-frame zstd, single-block xz), in all")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
-	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket (default: asked from the server)")
-	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: URL of an S3-compatible server (default: $AWS_ENDPOINT_URL, else AWS)")
-	fs.StringVar(&c.s3.profile, "profile", "", "s3: profile of the shared AWS config files (default: $AWS_PROFILE)")
-	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned (public buckets)")
+	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket, which signs every request (default: the one the server names for the bucket, else $AWS_REGION, $AWS_DEFAULT_REGION or the profile's region, else us-east-1)")
+	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: `URL` of an S3-compatible server, e.g. http://127.0.0.1:7070; buckets are then addressed by path (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL or the profile's endpoint_url, else AWS)")
+	fs.StringVar(&c.s3.profile, "profile", "", "s3: profile of the shared AWS config and credentials files (default: $AWS_PROFILE, $AWS_DEFAULT_PROFILE, else default)")
+	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned, for public buckets, and look for no credentials (no environment variable: the AWS CLI has none)")
 	fs.IntVar(&c.level, "level", 3, "pack: zstd compression level (1-22, mapped to the encoder's four speeds)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this run to `FILE`")
 	fs.BoolVar(&c.daemon, "daemon", false, "mount: serve from a background process and exit once the mount answers (0), or with the reason it failed (1)")
