@@ -17,8 +17,20 @@ package tests
 // the phase can ride out (within --read-timeout and --retries) must not
 // fail it at all.
 //
-// TestMountFaults (faults_test.go) covers the first rows for reads:
-// 503s, cuts, a dead and a silent server, a replaced archive.
+// The rows, each run in all five phases (index, read, extract,
+// extract-indexed, materialize):
+//
+//	503 and 429, cut bodies            TestFaultsTransient, TestFaultsS3Transient
+//	stalled body, no reply at all      TestFaultsStall
+//	connection refused for a while     TestFaultsOutage (TARMOUNT_TEST_OUTAGE)
+//	name that stops resolving          TestFaultsDNS (and a .invalid name at open)
+//	certificate changed to untrusted   TestFaultsTLS (and untrusted, wrong host at open)
+//	archive replaced or deleted        TestFaultsGone (HTTP), TestFaultsS3Gone
+//	S3 keys revoked, then good again   TestFaultsS3Credentials
+//
+// TestMountFaults (faults_test.go) covers reads through 503s and cuts, a
+// failing (500) and a silent server, and a replaced archive, with a
+// buffered read besides the O_DIRECT one.
 
 import (
 	"bytes"
