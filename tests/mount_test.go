@@ -127,7 +127,12 @@ func startMount(t testing.TB, wrap []string, dir, url string, args ...string) *m
 		m.err = m.cmd.Wait()
 		close(m.exited)
 	}()
-	t.Cleanup(func() { m.stop(t) })
+	t.Cleanup(func() {
+		m.stop(t)
+		if t.Failed() {
+			t.Logf("tarmount %s log:\n%s", m.dir, m.stderr)
+		}
+	})
 	return m
 }
 
