@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -42,7 +41,8 @@ func (f *inspectFlags) register(fs interface {
 	fs.StringVar(&f.dir, "C", ".", "get: directory to write the members into")
 }
 
-// entryJSON is one line of ls --json and stat --json.
+// entryJSON is one line of ls --json and stat --json as a Go value:
+// entryView.appendJSON writes what encoding/json makes of it.
 type entryJSON struct {
 	Path string `json:"path"`
 	Type string `json:"type"` // file, dir, symlink, hardlink, char, block, fifo
@@ -76,74 +76,237 @@ type entryJSON struct {
 	CTimeNs int64             `json:"ctime_ns,omitempty"`
 }
 
-// appendJSON appends j as encoding/json would marshal it (fields in
-// order, omitempty, map keys sorted, no HTML escaping), then a newline:
-// ls --json of a million entries spends half its time in reflection
-// otherwise.
-func (j *entryJSON) appendJSON(b []byte) []byte {
-	str := func(key, v string, omitEmpty bool) {
-		if omitEmpty && v == "" {
-			return
-		}
-		b = append(b, ',', '"')
-		b = append(b, key...)
-		b = append(b, '"', ':')
-		b = appendJSONString(b, v)
+// entryView is one name of the archive as ls and stat describe it: an
+// index entry, the path it is listed under, and what tar -tv shows for it.
+// The encoders below write it without building a string for it, so that
+// listing a million names allocates next to nothing per name; json gives
+// it as an entryJSON.
+type entryView struct {
+	path []byte // valid only while the view is being written
+	id   index.EntryID
+	e    *index.Entry
+	typ  string // as entryJSON.Type
+	size int64  // as entryJSON.Size
+	link string // as entryJSON.Link
+	// offset and stored are set when hasOffset and hasStored are.
+	offset, stored       int64
+	hasOffset, hasStored bool
+	// xattrs are sorted by name, one per name (the last the archive gave).
+	xattrs []index.Xattr
+}
+
+// viewEntry describes entry id (e) listed as p. first says whether p is
+// the entry's first name (ix.Path(id)): a regular file's other names are
+// hard links to it.
+func viewEntry(ix *index.Index, p []byte, id index.EntryID, e *index.Entry, first bool) entryView {
+	v := entryView{path: p, id: id, e: e, typ: e.Type.String(), size: e.Size}
+	switch {
+	case e.Type == index.TypeSymlink:
+		v.link, v.size = e.Linkname, 0
+	case e.Type == index.TypeReg && !first:
+		v.typ, v.link, v.size = "hardlink", ix.Path(id), 0
+	case e.Type != index.TypeReg:
+		v.size = 0
 	}
-	num := func(key string, v int64, omitEmpty bool) {
-		if omitEmpty && v == 0 {
-			return
+	if e.Type == index.TypeReg && e.Size > 0 {
+		v.offset, v.hasOffset = int64(e.DataOffset), true
+		if e.Sparse {
+			v.stored, v.hasStored = ix.StoredSize(id), true
 		}
+	}
+	if xs := ix.Xattrs(id); len(xs) > 0 {
+		// As a map would hold them: the last value of each name.
+		slices.SortStableFunc(xs, func(a, b index.Xattr) int { return strings.Compare(a.Name, b.Name) })
+		n := 0
+		for i, x := range xs {
+			if i+1 < len(xs) && xs[i+1].Name == x.Name {
+				continue
+			}
+			xs[n] = x
+			n++
+		}
+		v.xattrs = xs[:n]
+	}
+	return v
+}
+
+// json returns v as a Go value.
+func (v *entryView) json() entryJSON {
+	e := v.e
+	j := entryJSON{
+		Path: string(v.path), Type: v.typ, Size: v.size, Mode: fmt.Sprintf("%04o", e.Mode),
+		UID: e.UID, GID: e.GID, Uname: e.Uname, Gname: e.Gname,
+		MTime: time.Unix(0, e.MTime).UTC().Format(time.RFC3339Nano), MTimeNs: e.MTime, Link: v.link,
+		Devmaj: e.Devmajor, Devmin: e.Devminor, Inode: uint32(v.id) + 1, Nlink: e.Nlink, Sparse: e.Sparse,
+		ATimeNs: e.ATime, CTimeNs: e.CTime,
+	}
+	if v.hasOffset {
+		off := v.offset
+		j.Offset = &off
+	}
+	if v.hasStored {
+		st := v.stored
+		j.Stored = &st
+	}
+	if len(v.xattrs) > 0 {
+		j.Xattrs = make(map[string]string, len(v.xattrs))
+		for _, x := range v.xattrs {
+			j.Xattrs[x.Name] = x.Value
+		}
+	}
+	return j
+}
+
+// appendJSON appends v as encoding/json would marshal v.json() (fields in
+// order, omitempty, map keys sorted, no HTML escaping), then a newline,
+// with no reflection and no allocation.
+func (v *entryView) appendJSON(b []byte) []byte {
+	e := v.e
+	key := func(k string) {
 		b = append(b, ',', '"')
-		b = append(b, key...)
+		b = append(b, k...)
 		b = append(b, '"', ':')
-		b = strconv.AppendInt(b, v, 10)
+	}
+	str := func(k, s string) {
+		if s != "" {
+			key(k)
+			b = appendJSONString(b, s)
+		}
+	}
+	num := func(k string, n int64) {
+		key(k)
+		b = strconv.AppendInt(b, n, 10)
 	}
 	b = append(b, `{"path":`...)
-	b = appendJSONString(b, j.Path)
-	str("type", j.Type, false)
-	num("size", j.Size, false)
-	str("mode", j.Mode, false)
-	num("uid", int64(j.UID), false)
-	num("gid", int64(j.GID), false)
-	str("uname", j.Uname, true)
-	str("gname", j.Gname, true)
-	str("mtime", j.MTime, false)
-	num("mtime_ns", j.MTimeNs, false)
-	str("link", j.Link, true)
-	if j.Offset != nil {
-		num("offset", *j.Offset, false)
+	b = appendJSONString(b, v.path)
+	key("type")
+	b = appendJSONString(b, v.typ)
+	num("size", v.size)
+	key("mode")
+	b = append(b, '"')
+	b = appendOctal4(b, e.Mode)
+	b = append(b, '"')
+	num("uid", int64(e.UID))
+	num("gid", int64(e.GID))
+	str("uname", e.Uname)
+	str("gname", e.Gname)
+	key("mtime")
+	b = append(b, '"') // RFC 3339 needs no escaping
+	b = appendRFC3339Nano(b, e.MTime)
+	b = append(b, '"')
+	num("mtime_ns", e.MTime)
+	str("link", v.link)
+	if v.hasOffset {
+		num("offset", v.offset)
 	}
-	num("devmajor", int64(j.Devmaj), true)
-	num("devminor", int64(j.Devmin), true)
-	num("inode", int64(j.Inode), false)
-	num("nlink", int64(j.Nlink), false)
-	if j.Sparse {
+	if e.Devmajor != 0 {
+		num("devmajor", int64(e.Devmajor))
+	}
+	if e.Devminor != 0 {
+		num("devminor", int64(e.Devminor))
+	}
+	num("inode", int64(v.id)+1)
+	num("nlink", int64(e.Nlink))
+	if e.Sparse {
 		b = append(b, `,"sparse":true`...)
 	}
-	if j.Stored != nil {
-		num("stored_size", *j.Stored, false)
+	if v.hasStored {
+		num("stored_size", v.stored)
 	}
-	if len(j.Xattrs) > 0 {
+	if len(v.xattrs) > 0 {
 		b = append(b, `,"xattrs":{`...)
-		for i, k := range slices.Sorted(maps.Keys(j.Xattrs)) {
+		for i, x := range v.xattrs {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = appendJSONString(b, x.Name)
 			b = append(b, ':')
-			b = appendJSONString(b, j.Xattrs[k])
+			b = appendJSONString(b, x.Value)
 		}
 		b = append(b, '}')
 	}
-	num("atime_ns", j.ATimeNs, true)
-	num("ctime_ns", j.CTimeNs, true)
+	if e.ATime != 0 {
+		num("atime_ns", e.ATime)
+	}
+	if e.CTime != 0 {
+		num("ctime_ns", e.CTime)
+	}
 	return append(b, '}', '\n')
+}
+
+// appendOctal4 appends m as fmt's %04o does.
+func appendOctal4(b []byte, m uint32) []byte {
+	if m > 0o7777 {
+		return strconv.AppendUint(b, uint64(m), 8)
+	}
+	return append(b, '0'+byte(m>>9), '0'+byte(m>>6&7), '0'+byte(m>>3&7), '0'+byte(m&7))
+}
+
+// appendRFC3339Nano appends the time ns nanoseconds after the epoch, in
+// UTC, as time.RFC3339Nano formats it (a fraction without trailing zeros,
+// none for whole seconds).
+func appendRFC3339Nano(b []byte, ns int64) []byte {
+	year, month, day, sod, frac := civilTime(ns)
+	b = appendPadded(b, int(year), 4)
+	b = append(b, '-', '0'+byte(month/10), '0'+byte(month%10), '-', '0'+byte(day/10), '0'+byte(day%10), 'T')
+	h, m, s := sod/3600, sod/60%60, sod%60
+	b = append(b, '0'+byte(h/10), '0'+byte(h%10), ':', '0'+byte(m/10), '0'+byte(m%10), ':', '0'+byte(s/10), '0'+byte(s%10))
+	if frac != 0 {
+		var d [10]byte
+		d[0] = '.'
+		for i := 9; i > 0; i-- {
+			d[i] = '0' + byte(frac%10)
+			frac /= 10
+		}
+		n := 10
+		for d[n-1] == '0' {
+			n--
+		}
+		b = append(b, d[:n]...)
+	}
+	return append(b, 'Z')
+}
+
+// civilTime splits the time ns nanoseconds after the epoch into its date
+// in UTC, the second of that day and the nanosecond of that second, with
+// integer arithmetic only: the time package's formatting was a fifth of
+// ls --json. int64 nanoseconds span the years 1677 to 2262.
+func civilTime(ns int64) (year, month, day, sod, frac int64) {
+	sec, frac := ns/1e9, ns%1e9
+	if frac < 0 {
+		sec, frac = sec-1, frac+1e9
+	}
+	days, sod := sec/86400, sec%86400
+	if sod < 0 {
+		days, sod = days-1, sod+86400
+	}
+	// Howard Hinnant's civil_from_days ("chrono-Compatible Low-Level
+	// Date Algorithms"): eras of 400 years, whose years start on March 1st
+	// so that a leap day ends its year.
+	z := days + 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097                                  // day of the era, [0, 146096]
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365 // year of the era, [0, 399]
+	doy := doe - (365*yoe + yoe/4 - yoe/100)               // day of the year from March 1st, [0, 365]
+	mp := (5*doy + 2) / 153                                // month from March, [0, 11]
+	day = doy - (153*mp+2)/5 + 1
+	month = mp + 3
+	if month > 12 {
+		month -= 12
+	}
+	year = yoe + era*400
+	if month <= 2 {
+		year++
+	}
+	return year, month, day, sod, frac
 }
 
 // appendJSONString appends s as a JSON string, as encoding/json writes
 // it without HTML escaping: invalid UTF-8 becomes U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
+func appendJSONString[S ~string | ~[]byte](b []byte, s S) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
@@ -175,7 +338,8 @@ func appendJSONString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		// At most 4 bytes: the conversion of a []byte stays on the stack.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
 		if r == utf8.RuneError && size == 1 {
 			b = append(b, s[start:i]...)
 			b = append(b, `\ufffd`...)
@@ -196,78 +360,122 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// appendLong appends v as tar -tv lists it, then a newline: mode,
+// owner/group, size, mtime (UTC, to the minute), name, and where it
+// points.
+func (v *entryView) appendLong(b []byte) []byte {
+	e := v.e
+	b = appendModeString(b, v.typ, e.Mode)
+	b = append(b, ' ')
+	if e.Uname != "" {
+		b = append(b, e.Uname...)
+	} else {
+		b = strconv.AppendUint(b, uint64(e.UID), 10)
+	}
+	b = append(b, '/')
+	if e.Gname != "" {
+		b = append(b, e.Gname...)
+	} else {
+		b = strconv.AppendUint(b, uint64(e.GID), 10)
+	}
+	// The size (a device's major,minor) right-aligned in 9 columns.
+	var num [32]byte
+	size := num[:0]
+	if v.typ == "char" || v.typ == "block" {
+		size = strconv.AppendUint(size, uint64(e.Devmajor), 10)
+		size = append(size, ',')
+		size = strconv.AppendUint(size, uint64(e.Devminor), 10)
+	} else {
+		size = strconv.AppendInt(size, v.size, 10)
+	}
+	b = append(b, ' ')
+	for i := len(size); i < 9; i++ {
+		b = append(b, ' ')
+	}
+	b = append(b, size...)
+	b = append(b, ' ')
+	year, month, day, sod, _ := civilTime(e.MTime)
+	h, m := sod/3600, sod/60%60
+	b = appendPadded(b, int(year), 4)
+	b = append(b, '-', '0'+byte(month/10), '0'+byte(month%10), '-', '0'+byte(day/10), '0'+byte(day%10),
+		' ', '0'+byte(h/10), '0'+byte(h%10), ':', '0'+byte(m/10), '0'+byte(m%10), ' ')
+	b = append(b, v.path...)
+	switch v.typ {
+	case "dir":
+		b = append(b, '/')
+	case "symlink":
+		b = append(b, " -> "...)
+		b = append(b, v.link...)
+	case "hardlink":
+		b = append(b, " link to "...)
+		b = append(b, v.link...)
+	}
+	return append(b, '\n')
+}
+
+// appendPadded appends n (0 or more) with leading zeros to width digits.
+func appendPadded(b []byte, n, width int) []byte {
+	for d := 10; width > 1; d, width = d*10, width-1 {
+		if n < d {
+			b = append(b, '0')
+		}
+	}
+	return strconv.AppendInt(b, int64(n), 10)
+}
+
 // describeEntry says what name p (of entry id) is.
-func describeEntry(ix *index.Index, p string, id index.EntryID) entryJSON {
-	e := ix.Entry(id)
-	j := entryJSON{
-		Path: p, Type: e.Type.String(), Size: e.Size, Mode: fmt.Sprintf("%04o", e.Mode),
-		UID: e.UID, GID: e.GID, Uname: e.Uname, Gname: e.Gname,
-		MTime: time.Unix(0, e.MTime).UTC().Format(time.RFC3339Nano), MTimeNs: e.MTime,
-		Devmaj: e.Devmajor, Devmin: e.Devminor, Inode: uint32(id) + 1, Nlink: e.Nlink, Sparse: e.Sparse,
-		ATimeNs: e.ATime, CTimeNs: e.CTime,
-	}
-	switch {
-	case e.Type == index.TypeSymlink:
-		j.Link, j.Size = e.Linkname, 0
-	case e.Type == index.TypeReg && ix.Path(id) != p:
-		j.Type, j.Link, j.Size = "hardlink", ix.Path(id), 0
-	case e.Type != index.TypeReg:
-		j.Size = 0
-	}
-	if e.Type == index.TypeReg && e.Size > 0 {
-		off := int64(e.DataOffset)
-		j.Offset = &off
-		if e.Sparse {
-			st := ix.StoredSize(id)
-			j.Stored = &st
-		}
-	}
-	if xs := ix.Xattrs(id); len(xs) > 0 {
-		j.Xattrs = make(map[string]string, len(xs))
-		for _, x := range xs {
-			j.Xattrs[x.Name] = x.Value
-		}
-	}
-	return j
+func describeEntry(ix *index.Index, p string, id index.EntryID) entryView {
+	return viewEntry(ix, []byte(p), id, ix.Entry(id), ix.Path(id) == p)
 }
 
 // walk calls fn for every name under dir (whose path is p), depth first in
-// name order, dir itself first. The path of a name is built in one buffer
-// shared by the levels: a path held per level costs a deep tree its depth
-// squared.
-func walk(ix *index.Index, p string, dir index.EntryID, fn func(p string, id index.EntryID) error) error {
-	buf := []byte(p)
-	var rec func(dir index.EntryID) error
-	rec = func(dir index.EntryID) error {
-		base := len(buf)
-		for _, d := range ix.Children(dir) {
-			buf = buf[:base]
-			if base > 0 {
-				buf = append(buf, '/')
-			}
-			buf = append(buf, d.Name...) // names in the index are single clean components
-			// A directory's own name, not a path: a path per directory
-			// costs a deep tree its depth squared.
-			if e := ix.Entry(d.ID); e.Type == index.TypeDir && e.Parent == dir && e.Name == d.Name {
-				if err := fn(string(buf), d.ID); err != nil {
-					return err
-				}
-				if err := rec(d.ID); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := fn(string(buf), d.ID); err != nil {
-				return err
-			}
-		}
-		buf = buf[:base]
-		return nil
-	}
-	if err := fn(p, dir); err != nil {
+// name order, dir itself first, with the name's path, its entry, and
+// whether it is the entry's first name (p == ix.Path(id)). fn must keep
+// neither the path nor the entry: walk reuses them.
+func walk(ix *index.Index, p string, dir index.EntryID, fn func(p []byte, id index.EntryID, e *index.Entry, first bool) error) error {
+	w := walker{ix: ix, fn: fn, buf: append(make([]byte, 0, 4096), p...)}
+	ix.FillEntry(dir, &w.e)
+	return w.walk(dir, ix.Path(dir) == p)
+}
+
+// walker is the state of one walk: the path and the entry it is at.
+type walker struct {
+	ix  *index.Index
+	fn  func(p []byte, id index.EntryID, e *index.Entry, first bool) error
+	buf []byte      // the path being walked
+	e   index.Entry // of the name at buf
+}
+
+// walk lists dir (at w.buf, w.e) and what it holds.
+func (w *walker) walk(dir index.EntryID, first bool) error {
+	if err := w.fn(w.buf, dir, &w.e, first); err != nil {
 		return err
 	}
-	return rec(dir)
+	n := len(w.buf)
+	for _, d := range w.ix.Children(dir) {
+		w.buf = w.buf[:n]
+		if n > 0 {
+			w.buf = append(w.buf, '/')
+		}
+		w.buf = append(w.buf, d.Name...) // names in the index are single clean components
+		// Ids in an index are in range: Load checks them.
+		w.ix.FillEntry(d.ID, &w.e)
+		// A name is the entry's first one when the entry says it is in
+		// this directory under this name, and this directory is listed
+		// under its own first name; else (hard links) compare in full.
+		cfirst := (first && w.e.Parent == dir && w.e.Name == d.Name) || w.ix.Path(d.ID) == string(w.buf)
+		var err error
+		if w.e.Type == index.TypeDir && cfirst {
+			err = w.walk(d.ID, cfirst)
+		} else {
+			err = w.fn(w.buf, d.ID, &w.e, cfirst)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	w.buf = w.buf[:n]
+	return nil
 }
 
 // cleanMember turns a path given on the command line into one of the
@@ -321,114 +529,97 @@ func inspectCmd(ctx context.Context, cmd string, pos []string, c *config, log *s
 // lsArchive lists the archive (or the subtrees at paths): names, or with
 // -l a listing like tar -tv, or with --json one object per line.
 func lsArchive(ctx context.Context, a *archive, paths []string, c *config, stdout io.Writer) error {
-	w := bufio.NewWriterSize(stdout, 64<<10)
-	var buf []byte
+	// Lines are appended to one buffer, written out a megabyte at a time.
+	const flushBytes = 1 << 20
+	buf := make([]byte, 0, flushBytes+64<<10)
 	if len(paths) == 0 {
 		paths = []string{""}
 	}
 	for _, p := range paths {
 		root, err := lookupMember(a.ix, a.src.String(), p)
 		if err != nil {
+			stdout.Write(buf) // what was listed before
 			return err
 		}
-		start := cleanMember(p)
-		err = walk(a.ix, start, root, func(p string, id index.EntryID) error {
-			if p == "" {
+		err = walk(a.ix, cleanMember(p), root, func(p []byte, id index.EntryID, e *index.Entry, first bool) error {
+			if len(p) == 0 {
 				return nil // the root has no name of its own
+			}
+			switch {
+			case c.inspect.json:
+				v := viewEntry(a.ix, p, id, e, first)
+				buf = v.appendJSON(buf)
+			case c.inspect.long:
+				v := viewEntry(a.ix, p, id, e, first)
+				buf = v.appendLong(buf)
+			default:
+				// Names only: no need to describe the entry.
+				buf = append(buf, p...)
+				if e.Type == index.TypeDir {
+					buf = append(buf, '/')
+				}
+				buf = append(buf, '\n')
+			}
+			if len(buf) < flushBytes {
+				return nil
 			}
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if !c.inspect.json && !c.inspect.long {
-				// Names only: no need to describe the entry.
-				w.WriteString(p)
-				if a.ix.Entry(id).Type == index.TypeDir {
-					w.WriteByte('/')
-				}
-				return w.WriteByte('\n')
-			}
-			j := describeEntry(a.ix, p, id)
-			switch {
-			case c.inspect.json:
-				buf = j.appendJSON(buf[:0])
-				_, err := w.Write(buf)
-				return err
-			default:
-				_, err := fmt.Fprintln(w, longLine(j))
-				return err
-			}
+			_, err := stdout.Write(buf)
+			buf = buf[:0]
+			return err
 		})
 		if err != nil {
 			return err
 		}
 	}
-	return w.Flush()
-}
-
-// longLine formats j as tar -tv does: mode, owner/group, size, mtime,
-// name, and where it points.
-func longLine(j entryJSON) string {
-	mode := parseMode(j.Mode)
-	owner := j.Uname
-	if owner == "" {
-		owner = fmt.Sprint(j.UID)
-	}
-	group := j.Gname
-	if group == "" {
-		group = fmt.Sprint(j.GID)
-	}
-	size := fmt.Sprint(j.Size)
-	if j.Type == "char" || j.Type == "block" {
-		size = fmt.Sprintf("%d,%d", j.Devmaj, j.Devmin)
-	}
-	name := j.Path
-	switch j.Type {
-	case "dir":
-		name += "/"
-	case "symlink":
-		name += " -> " + j.Link
-	case "hardlink":
-		name += " link to " + j.Link
-	}
-	mt := time.Unix(0, j.MTimeNs).UTC().Format("2006-01-02 15:04")
-	return fmt.Sprintf("%s %s/%s %9s %s %s", modeString(j.Type, mode), owner, group, size, mt, name)
+	_, err := stdout.Write(buf)
+	return err
 }
 
 // modeString is the ls/tar letter form of a type and mode: drwxr-sr-x.
 func modeString(typ string, mode uint32) string {
-	b := []byte("-rwxrwxrwx")
+	return string(appendModeString(nil, typ, mode))
+}
+
+// appendModeString appends the ls/tar letter form of a type and mode.
+func appendModeString(b []byte, typ string, mode uint32) []byte {
+	n := len(b)
+	b = append(b, "-rwxrwxrwx"...)
+	m := b[n:]
 	switch typ {
 	case "dir":
-		b[0] = 'd'
+		m[0] = 'd'
 	case "symlink":
-		b[0] = 'l'
+		m[0] = 'l'
 	case "hardlink":
-		b[0] = 'h'
+		m[0] = 'h'
 	case "char":
-		b[0] = 'c'
+		m[0] = 'c'
 	case "block":
-		b[0] = 'b'
+		m[0] = 'b'
 	case "fifo":
-		b[0] = 'p'
+		m[0] = 'p'
 	}
 	for i := 0; i < 9; i++ {
 		if mode&(1<<(8-i)) == 0 {
-			b[i+1] = '-'
+			m[i+1] = '-'
 		}
 	}
 	special := func(bit uint32, at int, set, unset byte) {
 		if mode&bit != 0 {
-			if b[at] == '-' {
-				b[at] = unset
+			if m[at] == '-' {
+				m[at] = unset
 			} else {
-				b[at] = set
+				m[at] = set
 			}
 		}
 	}
 	special(0o4000, 3, 's', 'S')
 	special(0o2000, 6, 's', 'S')
 	special(0o1000, 9, 't', 'T')
-	return string(b)
+	return b
 }
 
 // statArchive prints what the archive says of each path.
@@ -440,11 +631,12 @@ func statArchive(a *archive, paths []string, c *config, stdout io.Writer) error 
 			w.Flush()
 			return err
 		}
-		j := describeEntry(a.ix, cleanMember(p), id)
+		v := describeEntry(a.ix, cleanMember(p), id)
 		if c.inspect.json {
-			w.Write(j.appendJSON(nil))
+			w.Write(v.appendJSON(nil))
 			continue
 		}
+		j := v.json()
 		fmt.Fprintf(w, "  File: %s\n  Type: %s\n  Size: %d", j.Path, j.Type, a.ix.Entry(id).Size)
 		if j.Stored != nil {
 			fmt.Fprintf(w, " (%d stored)", *j.Stored)
@@ -530,14 +722,14 @@ func getArchive(ctx context.Context, a *archive, paths []string, c *config, log 
 		if err != nil {
 			return err
 		}
-		err = walk(a.ix, cleanMember(p), id, func(p string, id index.EntryID) error {
+		err = walk(a.ix, cleanMember(p), id, func(pb []byte, id index.EntryID, e *index.Entry, _ bool) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if p == "" {
+			if len(pb) == 0 {
 				return nil
 			}
-			e := a.ix.Entry(id)
+			p := string(pb)
 			if err := root.MkdirAll(path.Dir(p), 0o755); err != nil && path.Dir(p) != "." {
 				return err
 			}
