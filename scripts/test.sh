@@ -65,8 +65,9 @@ if [[ $# -eq 0 ]]; then
 fi
 
 # A short fuzzing run of the decoders that read hostile input (their seed
-# corpora already ran above as ordinary tests). FUZZTIME=0 skips it; a
-# crasher lands in the package's testdata/fuzz and fails the run.
+# corpora already ran above as ordinary tests): scripts/fuzz.sh, which
+# also makes the long runs. FUZZTIME=0 skips it; a crasher lands in the
+# package's testdata/fuzz and fails the run.
 fuzztime="${FUZZTIME:-20s}"
 if [[ $# -eq 0 && "$fuzztime" != "0" ]]; then
 	# The frame walkers and the index targets get half the time each
@@ -75,29 +76,8 @@ if [[ $# -eq 0 && "$fuzztime" != "0" ]]; then
 	if [[ "$fuzztime" =~ ^([0-9]+)s$ ]]; then
 		walkertime="$(((${BASH_REMATCH[1]} + 1) / 2))s"
 	fi
-	for target in FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index FuzzBzip2Blocks:./index FuzzXzBlocks:./index \
-		FuzzUnmarshal:./index FuzzRandomAccess:./index FuzzCorruptSpans:./index; do
-		t="$walkertime"
-		[[ "${target#*:}" != ./index ]] && t="$fuzztime"
-		echo "test.sh: fuzzing ${target%%:*} for $t"
-		# Go's minimizer is quadratic on inputs of kilobytes: cap it, or a
-		# short run spends its time minimizing instead of fuzzing.
-		fuzz_once() {
-			go test -run '^$' -fuzz "^${target%%:*}\$" -fuzztime "$t" -fuzzminimizetime 1s "${target#*:}"
-		}
-		if ! fuzz_once; then
-			# A crasher lands in testdata/fuzz: that fails the run. Without
-			# one, the engine itself gave up (Go's fuzzing coordinator can
-			# end with "context deadline exceeded" while a worker is busy
-			# with a slow input): run the target once more, and fail if it
-			# fails again.
-			if [[ -n "$(git status --porcelain -- "${target#*:}/testdata/fuzz" 2>/dev/null)" ]]; then
-				status=1
-			else
-				echo "test.sh: ${target%%:*} stopped without a crasher; running it again" >&2
-				fuzz_once || status=$?
-			fi
-		fi
-	done
+	FUZZTIME="$fuzztime" bash scripts/fuzz.sh FuzzInflate FuzzScan || status=1
+	FUZZTIME="$walkertime" bash scripts/fuzz.sh FuzzZstdFrames FuzzLZ4Frames FuzzBzip2Blocks FuzzXzBlocks \
+		FuzzUnmarshal FuzzRandomAccess FuzzCorruptSpans || status=1
 fi
 exit "$status"
