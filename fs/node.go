@@ -34,7 +34,7 @@ type (
 	dirNode  struct{ node }
 	fileNode struct {
 		node
-		counts openCounts // open handles by kind, for the handover to Local
+		handover handover // passthrough or not, once it has a local copy
 	}
 	symlinkNode struct{ node }
 	// specialNode is a FIFO or a device: the kernel serves its I/O.
