@@ -1,21 +1,34 @@
 package materialize
 
 import (
+	"cmp"
 	"context"
 	"sync"
+	"time"
 )
 
 // Gate gives foreground reads priority over background materialization:
 // while a foreground read runs (between Enter and its release), the
 // materializer starts no new span fetch or decode. Work already running
 // goes on, so a foreground read waits behind at most the spans in flight
-// (Options.Decoders), never behind a queue of them. The zero value is
-// ready to use; a nil *Gate never waits. It is safe for concurrent use.
+// (Options.Decoders), never behind a queue of them. Under foreground reads
+// that never stop, the materializer still starts one span per MaxWait and
+// decoder, so that it is slowed, never starved. The zero value is ready to
+// use; a nil *Gate never waits. It is safe for concurrent use.
 type Gate struct {
+	// MaxWait bounds one Wait: DefaultGateMaxWait when zero, no bound
+	// when negative. Set before first use.
+	MaxWait time.Duration
+
 	mu      sync.Mutex
 	active  int           // foreground reads running
 	resumed chan struct{} // closed when active drops to 0; nil while 0
 }
+
+// DefaultGateMaxWait is the default Gate.MaxWait: a span of 4 MiB decodes
+// in about 15 ms, so busy foreground reads leave the materializer about a
+// tenth of a core.
+const DefaultGateMaxWait = 200 * time.Millisecond
 
 // Enter marks a foreground read as running; call the returned function
 // when it is done.
@@ -43,10 +56,17 @@ func (g *Gate) Enter() (release func()) {
 	}
 }
 
-// Wait returns once no foreground read runs, or with ctx's error.
+// Wait returns once no foreground read runs, or MaxWait after it was
+// called, or with ctx's error.
 func (g *Gate) Wait(ctx context.Context) error {
 	if g == nil {
 		return ctx.Err()
+	}
+	var limit <-chan time.Time
+	if d := cmp.Or(g.MaxWait, DefaultGateMaxWait); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		limit = t.C
 	}
 	for {
 		g.mu.Lock()
@@ -57,6 +77,8 @@ func (g *Gate) Wait(ctx context.Context) error {
 		}
 		select {
 		case <-ch:
+		case <-limit:
+			return ctx.Err()
 		case <-ctx.Done():
 			return ctx.Err()
 		}

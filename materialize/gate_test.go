@@ -1,0 +1,84 @@
+package materialize
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// waitDone runs g.Wait in a goroutine and returns when it returns.
+func waitDone(g *Gate) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- g.Wait(context.Background()) }()
+	return done
+}
+
+// TestGate: Wait holds background work while a foreground read runs and
+// lets it go when the last one ends, or once MaxWait has passed under
+// foreground reads that never stop, or when its ctx ends.
+func TestGate(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		var g Gate
+		if err := g.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait with no foreground read: got %v, want nil", err)
+		}
+		var nilGate *Gate
+		defer nilGate.Enter()()
+		if err := nilGate.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait of a nil Gate: got %v, want nil", err)
+		}
+	})
+	t.Run("released", func(t *testing.T) {
+		g := Gate{MaxWait: -1}
+		release1, release2 := g.Enter(), g.Enter()
+		done := waitDone(&g)
+		release1()
+		release1() // a second release changes nothing
+		select {
+		case err := <-done:
+			t.Fatalf("Wait returned (%v) while a foreground read runs", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		release2()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Wait: got %v, want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait still waiting 10 s after the last foreground read ended")
+		}
+	})
+	t.Run("max wait", func(t *testing.T) {
+		g := Gate{MaxWait: 50 * time.Millisecond}
+		defer g.Enter()()
+		start := time.Now()
+		select {
+		case err := <-waitDone(&g):
+			if err != nil {
+				t.Fatalf("Wait: got %v, want nil", err)
+			}
+			if d := time.Since(start); d < g.MaxWait {
+				t.Fatalf("Wait returned after %v, want at least MaxWait %v", d, g.MaxWait)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait still waiting 10 s under a foreground read, with MaxWait 50 ms")
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		g := Gate{MaxWait: -1}
+		defer g.Enter()()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- g.Wait(ctx) }()
+		cancel()
+		select {
+		case err := <-done:
+			if err != context.Canceled {
+				t.Fatalf("Wait: got %v, want context.Canceled", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait still waiting 10 s after its ctx was cancelled")
+		}
+	})
+}
