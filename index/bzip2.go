@@ -632,7 +632,7 @@ func (p *bzip2Pass) close() { p.w.close() }
 // decodeBzip2Span decodes size bytes from checkpoint cp; comp holds the
 // compressed bytes from cp.In, of which the first endBit bits belong to
 // the span.
-func decodeBzip2Span(comp []byte, cp Checkpoint, endBit int64, size int64) ([]byte, error) {
+func decodeBzip2Span(comp []byte, cp Checkpoint, endBit int64, size int64, buf []byte) ([]byte, error) {
 	if cp.Kind != kindBzip2Block || cp.Flags < 1 || cp.Flags > 9 {
 		return nil, fmt.Errorf("checkpoint kind %d level %d in a bzip2 stream", cp.Kind, cp.Flags)
 	}
@@ -641,7 +641,10 @@ func decodeBzip2Span(comp []byte, cp Checkpoint, endBit int64, size int64) ([]by
 	w := newBz2Walker(nil, comp, base, base*8+int64(cp.Bit), cp.Flags, 1)
 	w.limit = base*8 + endBit
 	w.span = true
-	data := make([]byte, 0, min(size, maxSpanPrealloc))
+	data := buf[:0]
+	if first := min(size, maxSpanPrealloc); int64(cap(data)) < first {
+		data = make([]byte, 0, first)
+	}
 	for {
 		b, err := w.next()
 		if err == io.EOF {

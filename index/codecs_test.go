@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	seekable "github.com/SaveTheRbtz/zstd-seekable-format-go/pkg"
@@ -344,6 +345,61 @@ func TestCodecRandomAccess(t *testing.T) {
 			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{CacheBytes: 2 * span})
 			defer r.Close()
 			checkRandomReads(t, r, ix, "big", want)
+		})
+	}
+}
+
+// TestConcurrentReadsReuseSpans reads one file from 8 goroutines at once
+// through a cache of two spans, so that spans are evicted while other
+// readers copy from them and decodes reuse the buffers of evicted spans:
+// every read must still give the right bytes (and, under the race
+// detector, no decode may write a buffer that a reader still reads).
+func TestConcurrentReadsReuseSpans(t *testing.T) {
+	big := randomData(4, 2<<20)
+	raw := tarBytes(t, []member{{name: "big", data: big}})
+	for _, tc := range codecCases() {
+		if !tc.random || (tc.codec != CodecGzip && tc.codec != CodecLZ4 && tc.codec != CodecZstd) {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const span = 64 << 10
+			obj := tc.make(t, raw)
+			ix := build(t, obj, span)
+			if ix.StreamOnly() || len(ix.Checkpoints) < 8 {
+				t.Skipf("%d checkpoints: too few spans to evict", len(ix.Checkpoints))
+			}
+			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{CacheBytes: 2 * span, Readahead: -1})
+			defer r.Close()
+			id, _ := ix.LookupPath("big")
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 7))
+					buf := make([]byte, 3*span)
+					for range scaled(200) {
+						off := rng.Int64N(int64(len(big)))
+						n := 1 + rng.IntN(len(buf))
+						got, err := r.ReadAt(context.Background(), id, buf[:n], off)
+						w := big[off:min(off+int64(n), int64(len(big)))]
+						if err != nil && !(err == io.EOF && got == len(w)) {
+							t.Errorf("read at %d+%d: %v", off, n, err)
+							return
+						}
+						if !bytes.Equal(buf[:got], w) {
+							t.Errorf("read at %d+%d: bytes differ", off, n)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			r.mu.Lock()
+			kept := len(r.free)
+			r.mu.Unlock()
+			if kept == 0 {
+				t.Errorf("no buffer of an evicted span kept for reuse after %d decodes", r.Stats().SpanDecodes)
+			}
 		})
 	}
 }

@@ -85,6 +85,7 @@ type Reader struct {
 	used   int64                // bytes of cached spans
 	recent [recentSpans]readSeq // the latest readers, for readahead
 	next   int                  // where the next read goes in recent
+	free   [][]byte             // buffers of evicted spans no reader holds (at most maxFreeSpans)
 	closed bool
 }
 
@@ -133,7 +134,18 @@ type spanCall struct {
 	data []byte
 	err  error
 	elem *list.Element // in lru once done without error
+	// guarded by Reader.mu: readers holding data, and whether the span
+	// left the cache. Its buffer is reused once both say no one can read
+	// it any more.
+	refs    int
+	evicted bool
 }
+
+// maxFreeSpans bounds the buffers of evicted spans kept for the next
+// decodes: enough that a cache at its limit decodes into old buffers
+// instead of making garbage at the decode rate, few enough that they add
+// little to what the cache holds.
+const maxFreeSpans = 2
 
 // NewReader returns a Reader over ix whose archive bytes come from src.
 func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
@@ -282,12 +294,13 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, fileEnd in
 			return fmt.Errorf("%w: no checkpoint before %d", ErrCorrupt, off)
 		}
 		r.readahead(i, fileEnd)
-		data, err := r.spanData(ctx, i, true)
+		c, err := r.spanData(ctx, i, true)
 		if err != nil {
 			return err
 		}
 		start := off - int64(r.Checkpoints[i].Out)
-		n := copy(p, data[start:])
+		n := copy(p, c.data[start:])
+		r.release(c)
 		p, off = p[n:], off+int64(n)
 	}
 	return nil
@@ -347,10 +360,10 @@ func (r *Reader) readahead(i int, fileEnd int64) {
 	}
 }
 
-// spanData returns the decoded bytes of span i, decoding it (once, however
-// many callers ask) when it is not cached. The returned slice must not be
-// modified.
-func (r *Reader) spanData(ctx context.Context, i int, touch bool) ([]byte, error) {
+// spanData returns span i, decoded, with a reference that the caller
+// gives back with release once it no longer reads c.data. touch marks the
+// span as recently used.
+func (r *Reader) spanData(ctx context.Context, i int, touch bool) (*spanCall, error) {
 	r.mu.Lock()
 	c, ok := r.spans[i]
 	if ok && c.elem != nil && touch {
@@ -368,13 +381,52 @@ func (r *Reader) spanData(ctx context.Context, i int, touch bool) ([]byte, error
 		}
 		c = r.startLocked(i, false)
 	}
+	c.refs++
 	r.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.data, c.err
+		if c.err != nil {
+			r.release(c)
+			return nil, c.err
+		}
+		return c, nil
 	case <-ctx.Done():
+		r.release(c)
 		return nil, ctx.Err()
 	}
+}
+
+// release gives back a reference that spanData returned.
+func (r *Reader) release(c *spanCall) {
+	r.mu.Lock()
+	c.refs--
+	r.recycleLocked(c)
+	r.mu.Unlock()
+}
+
+// recycleLocked keeps the buffer of span c for a later decode once it has
+// left the cache and no reader holds it.
+func (r *Reader) recycleLocked(c *spanCall) {
+	if c.refs > 0 || !c.evicted || c.data == nil {
+		return
+	}
+	if len(r.free) < maxFreeSpans {
+		r.free = append(r.free, c.data[:0])
+	}
+	c.data = nil
+}
+
+// takeBuffer returns a kept buffer for a span decode, or nil.
+func (r *Reader) takeBuffer() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.free)
+	if n == 0 {
+		return nil
+	}
+	buf := r.free[n-1]
+	r.free = r.free[:n-1]
+	return buf
 }
 
 // startLocked starts decoding span i in a goroutine owned by r, which
@@ -397,7 +449,7 @@ func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
 			}
 		}
 		if err == nil {
-			data, err = r.decodeSpan(r.ctx, i, nil)
+			data, err = r.decodeSpan(r.ctx, i, nil, r.takeBuffer())
 			<-r.slots
 		}
 		r.mu.Lock()
@@ -406,7 +458,7 @@ func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
 			delete(r.spans, i) // a later read tries again
 		} else {
 			c.elem = r.lru.PushFront(i)
-			r.used += int64(len(data))
+			r.used += int64(cap(data))
 			r.evictLocked()
 		}
 		r.mu.Unlock()
@@ -422,8 +474,10 @@ func (r *Reader) evictLocked() {
 		i := back.Value.(int)
 		r.lru.Remove(back)
 		c := r.spans[i]
-		r.used -= int64(len(c.data))
+		r.used -= int64(cap(c.data))
 		delete(r.spans, i)
+		c.evicted = true
+		r.recycleLocked(c)
 	}
 }
 
@@ -431,16 +485,16 @@ func (r *Reader) evictLocked() {
 // compressed bytes and decodes them from its checkpoint with the codec's
 // span decoder (or reads them from the local copy), then checks them
 // against the span's digest. It is the one way every codec's spans are read.
-func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}) ([]byte, error) {
+func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}, buf []byte) ([]byte, error) {
 	cp := r.Checkpoints[i]
 	size := r.spanEnd(i) - int64(cp.Out)
 	var data []byte
 	var err error
 	local := cp.Kind == kindLocal
 	if local {
-		data, err = r.readLocal(i, size)
+		data, err = r.readLocal(i, size, buf)
 	} else {
-		data, err = r.decodeFromArchive(ctx, i, size, cpu)
+		data, err = r.decodeFromArchive(ctx, i, size, cpu, buf)
 	}
 	if err == nil && xxhash.Sum64(data) != r.Digests[i] {
 		r.log.Error("span digest mismatch", "span", i, "off", cp.Out, "local", local)
@@ -461,11 +515,11 @@ func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}) ([]by
 var ErrNoLocalCopy = errors.New("index: stream-only archive read without its local decoded copy")
 
 // readLocal reads span i from the local decoded copy.
-func (r *Reader) readLocal(i int, size int64) ([]byte, error) {
+func (r *Reader) readLocal(i int, size int64, buf []byte) ([]byte, error) {
 	if r.local == nil {
 		return nil, ErrNoLocalCopy
 	}
-	data, err := readSpan(io.NewSectionReader(r.local, int64(r.Checkpoints[i].Out), size), size)
+	data, err := readSpan(io.NewSectionReader(r.local, int64(r.Checkpoints[i].Out), size), size, buf)
 	if err != nil {
 		return nil, fmt.Errorf("%w: span %d from the local copy: %v", ErrCorrupt, i, err)
 	}
@@ -480,8 +534,12 @@ func (r *Reader) readLocal(i int, size int64) ([]byte, error) {
 const maxSpanPrealloc = 8 * DefaultSpan
 
 // readSpan reads exactly size bytes of a span from r.
-func readSpan(r io.Reader, size int64) ([]byte, error) {
-	buf := make([]byte, min(size, maxSpanPrealloc))
+func readSpan(r io.Reader, size int64, buf []byte) ([]byte, error) {
+	if first := min(size, maxSpanPrealloc); int64(cap(buf)) >= first {
+		buf = buf[:first]
+	} else {
+		buf = make([]byte, first)
+	}
 	n := 0
 	for {
 		m, err := io.ReadFull(r, buf[n:])
@@ -501,7 +559,7 @@ func readSpan(r io.Reader, size int64) ([]byte, error) {
 // decodeFromArchive fetches the compressed bytes of span i and decodes
 // them from its checkpoint into size bytes, holding a token of cpu (when
 // not nil) while it decodes.
-func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu chan struct{}) ([]byte, error) {
+func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu chan struct{}, buf []byte) ([]byte, error) {
 	cp := r.Checkpoints[i]
 	compEnd := int64(r.End)
 	endBit := int64(-1) // where the span ends in comp, for bzip2
@@ -538,18 +596,18 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 	var data []byte
 	switch r.Codec {
 	case CodecGzip:
-		data, err = decodeGzipSpan(comp, cp, window, size)
+		data, err = decodeGzipSpan(comp, cp, window, size, buf)
 	case CodecZstd:
-		data, err = decodeZstdSpan(comp, size)
+		data, err = decodeZstdSpan(comp, size, buf)
 	case CodecLZ4:
-		data, err = decodeLZ4Span(comp, cp, window, size)
+		data, err = decodeLZ4Span(comp, cp, window, size, buf)
 	case CodecBzip2:
 		if endBit < 0 {
 			endBit = int64(len(comp)) * 8
 		}
-		data, err = decodeBzip2Span(comp, cp, endBit, size)
+		data, err = decodeBzip2Span(comp, cp, endBit, size, buf)
 	case CodecXz:
-		data, err = decodeXzSpan(comp, cp, size)
+		data, err = decodeXzSpan(comp, cp, size, buf)
 	default:
 		err = fmt.Errorf("no span decoder for %s", r.Codec)
 	}
@@ -559,20 +617,20 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 	return data, nil
 }
 
-func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64) ([]byte, error) {
+func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
 	z, err := inflate.NewReaderAt(bytes.NewReader(comp), inflate.Checkpoint{
 		Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window,
 	}, inflate.Options{Limit: size})
 	if err != nil {
 		return nil, err
 	}
-	return readSpan(z, size)
+	return readSpan(z, size, buf)
 }
 
-func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64) ([]byte, error) {
+func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
 	d, err := newLZ4Span(comp, cp, window, size)
 	if err != nil {
 		return nil, err
 	}
-	return readSpan(d, size)
+	return readSpan(d, size, buf)
 }

@@ -61,5 +61,5 @@ func (ix *Index) SpanStoredBytes(i int) int64 {
 // of them decode at once, the others wait with their fetched bytes. The
 // returned slice is the caller's. It is safe for concurrent use.
 func (r *Reader) DecodeSpan(ctx context.Context, i int) ([]byte, error) {
-	return r.decodeSpan(ctx, i, r.cpu)
+	return r.decodeSpan(ctx, i, r.cpu, nil)
 }

@@ -350,7 +350,7 @@ var zstdSpanDecoders sync.Pool
 
 // decodeZstdSpan decodes the frames in comp, which start at a frame
 // boundary, into exactly size bytes.
-func decodeZstdSpan(comp []byte, size int64) ([]byte, error) {
+func decodeZstdSpan(comp []byte, size int64, buf []byte) ([]byte, error) {
 	dec, _ := zstdSpanDecoders.Get().(*zstd.Decoder)
 	if dec == nil {
 		var err error
@@ -363,7 +363,7 @@ func decodeZstdSpan(comp []byte, size int64) ([]byte, error) {
 	if err := dec.Reset(bytes.NewReader(comp)); err != nil {
 		return nil, err
 	}
-	out, err := readSpan(dec, size)
+	out, err := readSpan(dec, size, buf)
 	if err != nil {
 		return nil, err
 	}
