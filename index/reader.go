@@ -77,6 +77,7 @@ type Reader struct {
 	cpu chan struct{}
 
 	hits, misses, decodes atomic.Int64 // see ReaderStats
+	reuses                atomic.Int64 // decodes into the buffer of an evicted span
 
 	mu sync.Mutex
 	// guarded by mu
@@ -142,10 +143,9 @@ type spanCall struct {
 }
 
 // maxFreeSpans bounds the buffers of evicted spans kept for the next
-// decodes: enough that a cache at its limit decodes into old buffers
-// instead of making garbage at the decode rate, few enough that they add
-// little to what the cache holds.
-const maxFreeSpans = 2
+// decodes: a cache at its limit then decodes into old buffers instead of
+// making garbage at the decode rate, and holds at most one span more.
+const maxFreeSpans = 1
 
 // NewReader returns a Reader over ix whose archive bytes come from src.
 func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
@@ -416,17 +416,24 @@ func (r *Reader) recycleLocked(c *spanCall) {
 	c.data = nil
 }
 
-// takeBuffer returns a kept buffer for a span decode, or nil.
-func (r *Reader) takeBuffer() []byte {
+// reserve counts the decoded size of span i in the cache before it is
+// decoded, evicting what no longer fits, so that spans being decoded come
+// out of the cache's bound rather than on top of it, and returns a kept
+// buffer to decode into (or nil) with the bytes reserved.
+func (r *Reader) reserve(i int) ([]byte, int64) {
+	size := r.spanEnd(i) - int64(r.Checkpoints[i].Out)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.used += size
+	r.evictLocked()
 	n := len(r.free)
 	if n == 0 {
-		return nil
+		return nil, size
 	}
 	buf := r.free[n-1]
 	r.free = r.free[:n-1]
-	return buf
+	r.reuses.Add(1)
+	return buf, size
 }
 
 // startLocked starts decoding span i in a goroutine owned by r, which
@@ -448,11 +455,15 @@ func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
 				err = r.ctx.Err()
 			}
 		}
+		var reserved int64
 		if err == nil {
-			data, err = r.decodeSpan(r.ctx, i, nil, r.takeBuffer())
+			var buf []byte
+			buf, reserved = r.reserve(i)
+			data, err = r.decodeSpan(r.ctx, i, nil, buf)
 			<-r.slots
 		}
 		r.mu.Lock()
+		r.used -= reserved
 		c.data, c.err = data, err
 		if err != nil {
 			delete(r.spans, i) // a later read tries again
