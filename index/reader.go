@@ -29,8 +29,9 @@ const DefaultSpanCacheBytes = 256 << 20
 
 // ReaderOptions tune a Reader.
 type ReaderOptions struct {
-	// CacheBytes bounds the decoded spans kept in memory
-	// (DefaultSpanCacheBytes when zero). At least two spans are kept.
+	// CacheBytes bounds the decoded spans kept in memory, those being
+	// decoded included (DefaultSpanCacheBytes when zero). At least two
+	// spans are kept.
 	CacheBytes int64
 	// Readahead is the number of spans decoded ahead of sequential reads
 	// (DefaultReadahead when zero, none when negative), at most what half
@@ -83,7 +84,7 @@ type Reader struct {
 	// guarded by mu
 	spans  map[int]*spanCall    // cached and in-flight spans
 	lru    *list.List           // of int span indexes, most recent first
-	used   int64                // bytes of cached spans
+	used   int64                // bytes of cached spans and of spans being decoded
 	recent [recentSpans]readSeq // the latest readers, for readahead
 	next   int                  // where the next read goes in recent
 	free   [][]byte             // buffers of evicted spans no reader holds (at most maxFreeSpans)
@@ -95,7 +96,7 @@ type ReaderStats struct {
 	SpanHits    int64 // span lookups of reads served from the cache of decoded spans
 	SpanMisses  int64 // span lookups that waited for a decode (started or joined)
 	SpanDecodes int64 // spans decoded (or read from the local copy) and verified, readahead and SpanReader included
-	CachedBytes int64 // bytes of decoded spans cached now
+	CachedBytes int64 // bytes of decoded spans cached now, and of spans being decoded
 }
 
 // Stats returns the counters; each is read atomically. It is cheap enough
