@@ -139,7 +139,6 @@ func TestFaultsDNS(t *testing.T) {
 	const short = 2 * time.Second
 	away := 4 * time.Second
 	long := away + 15*time.Second
-	noHost := expect{errs: []string{"no such host"}}
 
 	t.Run("open", func(t *testing.T) {
 		t.Parallel()
@@ -163,19 +162,7 @@ func TestFaultsDNS(t *testing.T) {
 		}
 	})
 
-	for _, ph := range []struct {
-		name string
-		run  func(t *testing.T, s *faultSite, f fault)
-	}{
-		{"index", func(t *testing.T, s *faultSite, f fault) {
-			log := phaseIndex(t, s, f, long, 1000, expect{})
-			expect{errs: []string{"msg=retry", "no such host"}}.check(t, "the index pass's log", log)
-		}},
-		{"read", func(t *testing.T, s *faultSite, f fault) { phaseRead(t, s, f, short, 1000, noHost) }},
-		{"extract", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, false, short, 1000, noHost) }},
-		{"extract-indexed", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, true, short, 1000, noHost) }},
-		{"materialize", func(t *testing.T, s *faultSite, f fault) { phaseMaterialize(t, s, f, short, 1000, noHost) }},
-	} {
+	for _, ph := range awayPhases(long, short, "no such host") {
 		t.Run(ph.name, func(t *testing.T) {
 			t.Parallel()
 			d := startDNS(t)

@@ -243,18 +243,8 @@ func goneExtract(t *testing.T, s *faultSite, f fault, indexed bool, cause, again
 	}
 	argv := append(append(append([]string(nil), f.wrap...), binary, "extract", s.url, dir), args...)
 	run := func() (string, error) {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		tl := f.timeline(t, s.served, done)
-		err := cmd.Wait()
-		close(done)
-		tl.finish()
-		return out.String(), err
+		out, _, err := runUnderFault(t, s, f, argv)
+		return out, err
 	}
 	out, err := run()
 	if err == nil {

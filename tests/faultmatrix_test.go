@@ -382,6 +382,25 @@ func phaseRead(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, r
 	return m.stderr.String()
 }
 
+// runUnderFault runs argv, its output captured, while f's timeline starts
+// and ends the fault, and reports whether the fault started before the
+// command ended.
+func runUnderFault(t *testing.T, s *faultSite, f fault, argv []string) (out string, started bool, err error) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var buf syncBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	tl := f.timeline(t, s.served, done)
+	err = cmd.Wait()
+	close(done)
+	started = tl.finish()
+	return buf.String(), started, err
+}
+
 // phaseExtract runs tarmount extract (with the index when indexed, else
 // in one pass) while f strikes it. A fault it rides out leaves tar -x's
 // tree; one it does not makes it fail with e.errs, leaving no
@@ -395,20 +414,11 @@ func phaseExtract(t *testing.T, s *faultSite, f fault, indexed bool, readTimeout
 	}
 	run := func(f fault) (string, error) {
 		argv := append(append(append([]string(nil), f.wrap...), binary, "extract", s.url, dir), args...)
-		cmd := exec.Command(argv[0], argv[1:]...)
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		tl := f.timeline(t, s.served, done)
-		err := cmd.Wait()
-		close(done)
-		if !tl.finish() {
+		out, started, err := runUnderFault(t, s, f, argv)
+		if !started {
 			t.Error("the extraction ended before the fault started")
 		}
-		return out.String(), err
+		return out, err
 	}
 	out, err := run(f)
 	if len(e.errs) == 0 {
@@ -631,6 +641,32 @@ func runTransient(t *testing.T, rows []transientFault) {
 	}
 }
 
+// faultPhase is one stage of a fault matrix test: it runs the index
+// pass, reads, an extraction or a materialization under fault f.
+type faultPhase struct {
+	name string
+	run  func(t *testing.T, s *faultSite, f fault)
+}
+
+// awayPhases are the stages under a server that is away for a while
+// (down, or its name not resolving), cause being what the failures say:
+// the index pass, allowed long, retries until the server is back and logs
+// its retries; reads, extractions and materialization, allowed short,
+// fail naming cause and work again once it is back.
+func awayPhases(long, short time.Duration, cause string) []faultPhase {
+	failing := expect{errs: []string{cause}}
+	return []faultPhase{
+		{"index", func(t *testing.T, s *faultSite, f fault) {
+			log := phaseIndex(t, s, f, long, 1000, expect{})
+			expect{errs: []string{"msg=retry", cause}}.check(t, "the index pass's log", log)
+		}},
+		{"read", func(t *testing.T, s *faultSite, f fault) { phaseRead(t, s, f, short, 1000, failing) }},
+		{"extract", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, false, short, 1000, failing) }},
+		{"extract-indexed", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, true, short, 1000, failing) }},
+		{"materialize", func(t *testing.T, s *faultSite, f fault) { phaseMaterialize(t, s, f, short, 1000, failing) }},
+	}
+}
+
 // TestFaultsOutage: the server goes away (connection refused) for a while
 // (outage) and comes back. The index pass rides it out when
 // --read-timeout is longer; reads during it fail with EIO within a
@@ -644,20 +680,7 @@ func TestFaultsOutage(t *testing.T) {
 	// A mount or extraction that must fail does so within short; the
 	// index pass, allowed more than the outage, retries until it is over.
 	long := away + 15*time.Second
-	failing := expect{errs: []string{"connection refused"}}
-	for _, ph := range []struct {
-		name string
-		run  func(t *testing.T, s *faultSite, f fault)
-	}{
-		{"index", func(t *testing.T, s *faultSite, f fault) {
-			log := phaseIndex(t, s, f, long, 1000, expect{})
-			expect{errs: []string{"msg=retry", "connection refused"}}.check(t, "the index pass's log", log)
-		}},
-		{"read", func(t *testing.T, s *faultSite, f fault) { phaseRead(t, s, f, short, 1000, failing) }},
-		{"extract", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, false, short, 1000, failing) }},
-		{"extract-indexed", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, true, short, 1000, failing) }},
-		{"materialize", func(t *testing.T, s *faultSite, f fault) { phaseMaterialize(t, s, f, short, 1000, failing) }},
-	} {
+	for _, ph := range awayPhases(long, short, "connection refused") {
 		t.Run(ph.name, func(t *testing.T) {
 			t.Parallel()
 			// Slow enough that the server goes away in the middle.

@@ -132,10 +132,7 @@ func TestFaultsS3Credentials(t *testing.T) {
 	// S3 answers an unknown key 403 InvalidAccessKeyId; versitygw 404
 	// XAdminUserNotFound.
 	refused := expect{errs: []string{"HTTP 404 XAdminUserNotFound: No user exists with the provided access key ID"}}
-	for _, ph := range []struct {
-		name string
-		run  func(t *testing.T, s *faultSite, f fault)
-	}{
+	for _, ph := range []faultPhase{
 		{"index", func(t *testing.T, s *faultSite, f fault) { phaseIndex(t, s, f, short, 7, refused) }},
 		{"read", func(t *testing.T, s *faultSite, f fault) { phaseRead(t, s, f, short, 7, refused) }},
 		{"extract", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, false, short, 7, refused) }},

@@ -78,10 +78,7 @@ func TestFaultsTLS(t *testing.T) {
 
 	const short = 2 * time.Second
 	untrustedNow := expect{errs: []string{unknownAuthority}}
-	for _, ph := range []struct {
-		name string
-		run  func(t *testing.T, s *faultSite, f fault)
-	}{
+	for _, ph := range []faultPhase{
 		{"changed/index", func(t *testing.T, s *faultSite, f fault) { phaseIndex(t, s, f, short, 1000, untrustedNow) }},
 		{"changed/read", func(t *testing.T, s *faultSite, f fault) { phaseRead(t, s, f, short, 1000, untrustedNow) }},
 		{"changed/extract", func(t *testing.T, s *faultSite, f fault) { phaseExtract(t, s, f, false, short, 1000, untrustedNow) }},
