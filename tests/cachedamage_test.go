@@ -1,15 +1,12 @@
 package tests
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/tarmount/tarmount/tests/corpus"
@@ -284,26 +281,7 @@ func TestDamagedDecodedCopy(t *testing.T) {
 	if strings.Contains(m.stderr.String(), "msg=indexing") {
 		t.Fatalf("the mount indexed again instead of using the damaged copy:\n%s", m.stderr)
 	}
-	var sawEIO bool
-	filepath.Walk(m.dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil || !info.Mode().IsRegular() {
-			return nil
-		}
-		rel, _ := filepath.Rel(m.dir, p)
-		got, err := os.ReadFile(p)
-		if err != nil {
-			if !errors.Is(err, syscall.EIO) {
-				t.Errorf("%s: got %v, want EIO", rel, err)
-			}
-			sawEIO = true
-			return nil
-		}
-		if want, _ := os.ReadFile(filepath.Join(f.src, rel)); !bytes.Equal(got, want) {
-			t.Errorf("%s: read returned wrong bytes", rel)
-		}
-		return nil
-	})
-	if !sawEIO {
+	if !readTreeOrEIO(t, m.dir, f.src) {
 		t.Error("no read failed after the decoded copy was damaged")
 	}
 	m.stop(t)

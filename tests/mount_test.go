@@ -378,12 +378,21 @@ func TestCorruptSpanGivesEIO(t *testing.T) {
 	if strings.Contains(m.stderr.String(), "msg=indexing") {
 		t.Fatal("the second mount indexed the damaged archive instead of loading the saved index")
 	}
-	var sawEIO bool
-	filepath.Walk(m.dir, func(p string, info os.FileInfo, err error) error {
+	if !readTreeOrEIO(t, m.dir, src) {
+		t.Error("no read failed with EIO after the archive was damaged")
+	}
+}
+
+// readTreeOrEIO reads every regular file under mnt: each must give the
+// bytes of the same file under src or fail with EIO. It reports whether
+// any failed.
+func readTreeOrEIO(t *testing.T, mnt, src string) (sawEIO bool) {
+	t.Helper()
+	filepath.Walk(mnt, func(p string, info os.FileInfo, err error) error {
 		if err != nil || !info.Mode().IsRegular() {
 			return nil
 		}
-		rel, _ := filepath.Rel(m.dir, p)
+		rel, _ := filepath.Rel(mnt, p)
 		got, err := os.ReadFile(p)
 		if err != nil {
 			if !errors.Is(err, syscall.EIO) {
@@ -401,9 +410,7 @@ func TestCorruptSpanGivesEIO(t *testing.T) {
 		}
 		return nil
 	})
-	if !sawEIO {
-		t.Error("no read failed with EIO after the archive was damaged")
-	}
+	return sawEIO
 }
 
 // TestBadInputs checks that broken input fails at mount time with one clear
