@@ -103,7 +103,7 @@ func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts Retry
 			return nil, fmt.Errorf("%w after %d attempts in %v: %v", ErrTimeout, failures, r.deadline, err)
 		}
 		r.log.Warn("open failed, retrying", "src", rawURL, "attempt", failures, "err", err, "delay", d)
-		if err := sleep(ctx, d); err != nil {
+		if err := Sleep(ctx, d); err != nil {
 			return nil, err
 		}
 	}
@@ -283,7 +283,7 @@ func (s *retrySource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 			slog.String("src", s.src.String()), slog.Int("attempt", attempt),
 			slog.Int64("off", off+int64(done-n)), slog.Int("len", len(rest)),
 			slog.Any("err", err), slog.Duration("delay", delay.Round(time.Millisecond)))
-		if err := sleep(dctx, delay); err != nil {
+		if err := Sleep(dctx, delay); err != nil {
 			if ctx.Err() != nil {
 				return done, fmt.Errorf("read %s at %d: %w", s.src, off, ctx.Err())
 			}
@@ -378,8 +378,9 @@ func ctxError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w (%v)", ctx.Err(), err)
 }
 
-// sleep waits d or until ctx is done, and then returns ctx.Err().
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx is done, and then returns ctx.Err(): nil
+// unless ctx ended.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

@@ -91,7 +91,7 @@ func (s *scriptSource) ReadAt(ctx context.Context, p []byte, off int64) (int, er
 		c := want - n
 		if st.every > 0 {
 			c = min(c, st.chunk)
-			if err := sleep(ctx, st.every); err != nil {
+			if err := Sleep(ctx, st.every); err != nil {
 				return n, fmt.Errorf("mem at %d: %w", off, err)
 			}
 		}

@@ -372,7 +372,7 @@ func (b *background) run() {
 			}
 			b.log.Warn("materialize interrupted; files not yet written are served from the archive until it resumes",
 				"path", b.dir, "err", err, "delay", delay)
-			if err := sleepCtx(b.ctx, delay); err != nil {
+			if err := fetch.Sleep(b.ctx, delay); err != nil {
 				b.err = err
 				return
 			}
@@ -415,18 +415,6 @@ func (b *background) resetProgress() {
 	p := b.prog
 	for _, c := range []*atomic.Int64{&p.FilesTotal, &p.BytesTotal, &p.Files, &p.Bytes, &p.Input, &p.Entries} {
 		c.Store(0)
-	}
-}
-
-// sleepCtx waits d or until ctx is done, and returns ctx.Err() then.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
