@@ -630,9 +630,19 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 }
 
 func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
-	z, err := inflate.NewReaderAt(bytes.NewReader(comp), inflate.Checkpoint{
-		Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window,
-	}, inflate.Options{Limit: size})
+	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
+	if size <= maxSpanPrealloc {
+		// In place: no copy out of the inflater's buffers.
+		if int64(cap(buf)) < size+inflate.Margin {
+			buf = make([]byte, size, size+inflate.Margin)
+		}
+		buf = buf[:size]
+		if err := inflate.DecodeInto(buf, comp, icp); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	z, err := inflate.NewReaderAt(bytes.NewReader(comp), icp, inflate.Options{Limit: size})
 	if err != nil {
 		return nil, err
 	}

@@ -120,6 +120,11 @@ type Reader struct {
 	hist    int
 	outBase int64
 	limit   int64 // absolute uncompressed end, or -1
+	// chunkEnd is where decode returns at the latest; pre, when set,
+	// is the history that precedes out[0] (DecodeInto's window), valid
+	// while hist is 0.
+	chunkEnd int
+	pre      []byte
 
 	state      int
 	final      bool
@@ -198,7 +203,70 @@ func newReader(r io.Reader, opts Options, inBase int64) *Reader {
 		inBase: inBase,
 		out:    make([]byte, bufSize),
 		limit:  limitOf(opts.Limit),
+
+		chunkEnd: WindowSize + chunkSize,
 	}
+}
+
+// Margin is the room DecodeInto needs past the end of its destination:
+// a match that crosses the end is written whole (and word copies may
+// overrun it) before decoding stops.
+const Margin = margin
+
+// DecodeInto decodes the len(dst) bytes of output that follow cp into
+// dst, from comp, the compressed stream from cp.In on. It decodes in
+// place, without the Reader's buffers or copies: dst must have room for
+// Margin more bytes (cap(dst) >= len(dst)+Margin), which it may
+// overwrite. It fails with ErrTruncated when the stream ends first and
+// ErrCorrupt when it is not valid; as with NewReaderAt, checksums of a
+// member entered in the middle are not verified. comp and cp.Window are
+// only read.
+func DecodeInto(dst, comp []byte, cp Checkpoint) error {
+	if cap(dst)-len(dst) < Margin {
+		return fmt.Errorf("inflate: destination has %d bytes of margin, want %d", cap(dst)-len(dst), Margin)
+	}
+	z := &Reader{
+		in:       comp,
+		inEnd:    len(comp),
+		inBase:   cp.In,
+		srcEOF:   true,
+		out:      dst[:cap(dst)],
+		outBase:  cp.Out,
+		limit:    cp.Out + int64(len(dst)),
+		chunkEnd: len(dst),
+		lastCP:   cp.Out,
+		haveCP:   true,
+	}
+	switch cp.Kind {
+	case KindMember:
+		if cp.Bit != 0 || len(cp.Window) != 0 {
+			return fmt.Errorf("%w: member checkpoint with bit offset or window", ErrCorrupt)
+		}
+		z.state = stHeader
+	case KindBlock:
+		if cp.Bit > 7 || len(cp.Window) > WindowSize {
+			return fmt.Errorf("%w: bad checkpoint", ErrCorrupt)
+		}
+		if len(comp) == 0 {
+			return fmt.Errorf("%w: no input at checkpoint %d", ErrTruncated, cp.In)
+		}
+		z.pre = cp.Window
+		z.bits = uint64(comp[0]) >> cp.Bit
+		z.nbits = 8 - uint(cp.Bit)
+		z.inPos = 1
+		z.state = stBlock
+	default:
+		return fmt.Errorf("%w: unknown checkpoint kind %d", ErrCorrupt, cp.Kind)
+	}
+	for z.op < len(dst) {
+		if z.state == stDone {
+			return z.truncated()
+		}
+		if err := z.decode(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func limitOf(n int64) int64 {
@@ -331,7 +399,7 @@ func (z *Reader) updateCRC() {
 
 // stopAt is the output index at which decode must return to the caller.
 func (z *Reader) stopAt() int {
-	stop := WindowSize + chunkSize
+	stop := z.chunkEnd
 	if z.limit >= 0 {
 		if l := z.limit - z.outBase; l < int64(stop) {
 			stop = int(l)
@@ -563,6 +631,7 @@ func (z *Reader) header() error {
 	z.firstMemb = false
 	z.memberIn = start
 	z.hist = z.op
+	z.pre = nil // a new member refers to nothing before it
 	z.crcOn = true
 	z.crc = 0
 	z.isize = 0
@@ -946,8 +1015,21 @@ func (z *Reader) huffman(stop int) error {
 			return z.truncated()
 		}
 		if distance > op-hist {
-			save()
-			return z.corrupt("distance %d too far back", distance)
+			if distance > op-hist+len(z.pre) {
+				save()
+				return z.corrupt("distance %d too far back", distance)
+			}
+			// Only DecodeInto, in the first WindowSize bytes: the match
+			// starts in the window that precedes out.
+			for k := range length {
+				if s := op - distance + k; s < 0 {
+					out[op+k] = z.pre[len(z.pre)+s]
+				} else {
+					out[op+k] = out[s]
+				}
+			}
+			op += length
+			continue
 		}
 		src := op - distance
 		if distance >= 8 {

@@ -237,6 +237,11 @@ func TestResume(t *testing.T) {
 					if err != nil || !bytes.Equal(span, data[cp.Out:end]) {
 						t.Fatalf("checkpoint %d with exact compressed range: err %v, equal %v", i, err, bytes.Equal(span, data[cp.Out:end]))
 					}
+					// In place, as index spans are decoded.
+					dst := decodeInto(t, comp[cp.In:need], cp, end-cp.Out)
+					if !bytes.Equal(dst, data[cp.Out:end]) {
+						t.Fatalf("checkpoint %d: DecodeInto differs at %d", i, firstDiff(dst, data[cp.Out:end]))
+					}
 				}
 				// Unbounded, to the end of the stream (crossing members).
 				if i%3 == 0 {
@@ -244,6 +249,9 @@ func TestResume(t *testing.T) {
 					rest, err := io.ReadAll(z)
 					if err != nil || !bytes.Equal(rest, data[cp.Out:]) {
 						t.Fatalf("checkpoint %d to the end: err %v, equal %v", i, err, bytes.Equal(rest, data[cp.Out:]))
+					}
+					if dst := decodeInto(t, comp[cp.In:], cp, int64(len(data))-cp.Out); !bytes.Equal(dst, data[cp.Out:]) {
+						t.Fatalf("checkpoint %d: DecodeInto to the end differs at %d", i, firstDiff(dst, data[cp.Out:]))
 					}
 				}
 			}
@@ -434,8 +442,71 @@ func FuzzInflate(f *testing.F) {
 			if err != nil || !bytes.Equal(rest, got[cp.Out:]) {
 				t.Fatalf("resume at %d: err %v", cp.Out, err)
 			}
+			if dst := decodeInto(t, comp[cp.In:], cp, int64(len(got))-cp.Out); !bytes.Equal(dst, got[cp.Out:]) {
+				t.Fatalf("DecodeInto at %d differs at %d", cp.Out, firstDiff(dst, got[cp.Out:]))
+			}
 		}
 	})
+}
+
+// decodeInto runs DecodeInto for n bytes into a buffer with the margin
+// filled with a marker, and fails the test on an error.
+func decodeInto(t testing.TB, comp []byte, cp Checkpoint, n int64) []byte {
+	t.Helper()
+	dst := bytes.Repeat([]byte{0xa5}, int(n)+Margin)[:n]
+	if err := DecodeInto(dst, comp, cp); err != nil {
+		t.Fatalf("DecodeInto at %d for %d bytes: %v", cp.Out, n, err)
+	}
+	return dst
+}
+
+// TestDecodeIntoErrors checks that DecodeInto fails, rather than return
+// wrong bytes, when its input or its window cannot give the span.
+func TestDecodeIntoErrors(t *testing.T) {
+	data := sample("text", 2<<20) // every block refers back
+	comp := stdLevel(6)(t, data)
+	cps, _ := collect(t, comp, 256<<10)
+	var cp Checkpoint
+	for _, c := range cps {
+		if c.Kind == KindBlock && len(c.Window) == WindowSize {
+			cp = c
+			break
+		}
+	}
+	if cp.Kind != KindBlock {
+		t.Fatal("no block checkpoint with a full window")
+	}
+	n := int64(len(data)) - cp.Out
+	cases := []struct {
+		name string
+		dst  []byte
+		comp []byte
+		cp   Checkpoint
+		want error
+	}{
+		{"no margin", make([]byte, n), comp[cp.In:], cp, nil},
+		{"truncated input", make([]byte, n, n+Margin), comp[cp.In : cp.In+(int64(len(comp))-cp.In)/2], cp, ErrTruncated},
+		{"past the end of the stream", make([]byte, n+1, n+1+Margin), comp[cp.In:], cp, ErrTruncated},
+		{"empty input", make([]byte, n, n+Margin), nil, cp, ErrTruncated},
+		{"window too short", make([]byte, n, n+Margin), comp[cp.In:], func() Checkpoint {
+			c := cp
+			c.Window = c.Window[WindowSize-16:]
+			return c
+		}(), ErrCorrupt},
+		{"bit offset", make([]byte, n, n+Margin), comp[cp.In:], func() Checkpoint { c := cp; c.Bit = 9; return c }(), ErrCorrupt},
+		{"member with window", make([]byte, n, n+Margin), comp, Checkpoint{Kind: KindMember, Window: []byte{1}}, ErrCorrupt},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := DecodeInto(c.dst, c.comp, c.cp)
+			if err == nil {
+				t.Fatalf("got no error, want %v", c.want)
+			}
+			if c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
+	}
 }
 
 type errReader struct{ err error }
