@@ -63,3 +63,11 @@ func (ix *Index) SpanStoredBytes(i int) int64 {
 func (r *Reader) DecodeSpan(ctx context.Context, i int) ([]byte, error) {
 	return r.decodeSpan(ctx, i, r.cpu, nil)
 }
+
+// DecodeSpanInto is DecodeSpan that may decode into buf, a slice the
+// caller no longer uses (typically one a previous call returned), when it
+// has room; otherwise it allocates. The returned slice may share buf's
+// memory.
+func (r *Reader) DecodeSpanInto(ctx context.Context, i int, buf []byte) ([]byte, error) {
+	return r.decodeSpan(ctx, i, r.cpu, buf)
+}

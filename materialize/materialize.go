@@ -116,8 +116,10 @@ type Spans interface {
 	// spans are sorted and do not overlap.
 	Bounds(i int) (start, end int64)
 	// Read returns the tar stream bytes [from, to), a range within span
-	// i, verified. The slice is the caller's.
-	Read(ctx context.Context, i int, from, to int64) ([]byte, error)
+	// i, verified, and whole, the caller's buffer that holds them. buf,
+	// when not nil, is a whole of an earlier Read that the caller no
+	// longer uses: Read may decode into it instead of allocating.
+	Read(ctx context.Context, i int, from, to int64, buf []byte) (piece, whole []byte, err error)
 	// Stored is about how many bytes of the archive as stored span i
 	// takes (for progress).
 	Stored(i int) int64
@@ -167,6 +169,7 @@ type Job struct {
 	// stageFdBudget (set by Open from RLIMIT_NOFILE) they are named.
 	stageFds      atomic.Int64
 	stageFdBudget int64
+	spanBufs      bufList // buffers of written spans, for the next reads
 	// early holds the directories Stage made or opened, by path (only
 	// the goroutine calling Stage uses it; Run closes them).
 	early map[string]earlyDir
@@ -256,7 +259,7 @@ func Open(dir, key string, opts Options) (*Job, error) {
 	}
 	j := &Job{dir: abs, key: key, opts: opts, log: log, prog: prog, rootFd: -1, stateFd: -1, tmpFd: -1,
 		meta: metaOpts{chown: os.Geteuid() == 0, uid: os.Geteuid(), gid: os.Getegid(), umask: processUmask()}, staged: map[int64]*wfile{}, early: map[string]earlyDir{}, notes: map[string]*note{},
-		memory: opts.MemoryBytes, sem: semaphore.NewWeighted(opts.MemoryBytes)}
+		memory: opts.MemoryBytes, sem: semaphore.NewWeighted(opts.MemoryBytes), spanBufs: bufList{max: runtime.GOMAXPROCS(0)}}
 	j.ctx, j.cancel = context.WithCancel(context.Background())
 	for i := range j.stageDirs {
 		j.stageDirs[i] = -1

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -456,13 +457,16 @@ func (j *Job) writeSpans(spans Spans, segs []segment) error {
 				j.sem.Release(size)
 				return err
 			}
-			data, err := spans.Read(ctx, w.i, w.from, w.to)
+			data, whole, err := spans.Read(ctx, w.i, w.from, w.to, j.spanBufs.get())
 			if err != nil {
 				j.sem.Release(size)
 				return err
 			}
 			j.prog.Input.Add(spans.Stored(w.i))
-			ref := &spanRef{release: func() { j.sem.Release(size) }}
+			ref := &spanRef{release: func() {
+				j.spanBufs.put(whole)
+				j.sem.Release(size)
+			}}
 			ref.left.Store(int64(len(w.segs)))
 			for _, s := range w.segs {
 				if err := j.submit(func() error {
@@ -702,5 +706,39 @@ type spanRef struct {
 func (r *spanRef) done() {
 	if r.left.Add(-1) == 0 {
 		r.release()
+	}
+}
+
+// bufList keeps a few span buffers whose pieces are all written, for the
+// next span reads: decoding into memory that is already mapped saves the
+// allocation and the page faults of a fresh buffer per span. It holds at
+// most max buffers (outside the job's memory bound); others are dropped.
+type bufList struct {
+	mu   sync.Mutex
+	max  int
+	free [][]byte
+}
+
+func (l *bufList) get() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.free)
+	if n == 0 {
+		return nil
+	}
+	b := l.free[n-1]
+	l.free[n-1] = nil
+	l.free = l.free[:n-1]
+	return b
+}
+
+func (l *bufList) put(b []byte) {
+	if b == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) < l.max {
+		l.free = append(l.free, b)
 	}
 }

@@ -35,13 +35,13 @@ func (s indexSpans) Bounds(i int) (int64, int64) {
 
 func (s indexSpans) Stored(i int) int64 { return s.r.SpanStoredBytes(i) }
 
-func (s indexSpans) Read(ctx context.Context, i int, from, to int64) ([]byte, error) {
-	data, err := s.r.DecodeSpan(ctx, i)
+func (s indexSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) ([]byte, []byte, error) {
+	data, err := s.r.DecodeSpanInto(ctx, i, buf)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	start, _ := s.r.SpanBounds(i)
-	return data[from-int64(start) : to-int64(start)], nil
+	return data[from-int64(start) : to-int64(start)], data, nil
 }
 
 // rawSpanBytes is the size of the pieces of a plain tar read at once.
@@ -63,8 +63,12 @@ func (s rawSpans) Stored(i int) int64 {
 	return b - a
 }
 
-func (s rawSpans) Read(ctx context.Context, i int, from, to int64) ([]byte, error) {
-	p := make([]byte, to-from)
+func (s rawSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) ([]byte, []byte, error) {
+	p := buf
+	if int64(cap(p)) < to-from {
+		p = make([]byte, to-from)
+	}
+	p = p[:to-from]
 	n, err := s.src.ReadAt(ctx, p, from)
 	if err == io.EOF && n == len(p) {
 		err = nil
@@ -73,7 +77,7 @@ func (s rawSpans) Read(ctx context.Context, i int, from, to int64) ([]byte, erro
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read archive at %d: %w", from, err)
+		return nil, nil, fmt.Errorf("read archive at %d: %w", from, err)
 	}
-	return p, nil
+	return p, p, nil
 }
