@@ -976,6 +976,29 @@ func (z *Reader) huffman(stop int) error {
 			}
 			out[op] = byte(e >> 16)
 			op++
+			// Literals come in runs: take up to two more from the bits
+			// at hand (at least 33 are left, a primary code takes at
+			// most litPrimaryBits) without the refill check. Only
+			// while no zero bits were appended past the input, so no
+			// check for an overread is needed.
+			if virt == 0 && op < stop {
+				e = lit[bits&litMask]
+				if e>>12&0xf != kindLiteral {
+					continue
+				}
+				bits >>= e & 0xff
+				nbits -= uint(e & 0xff)
+				out[op] = byte(e >> 16)
+				op++
+				e = lit[bits&litMask]
+				if e>>12&0xf != kindLiteral || op >= stop {
+					continue
+				}
+				bits >>= e & 0xff
+				nbits -= uint(e & 0xff)
+				out[op] = byte(e >> 16)
+				op++
+			}
 			continue
 		case kindLength:
 		case kindEnd:
