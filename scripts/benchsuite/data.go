@@ -269,6 +269,8 @@ type Member struct {
 	Path string `json:"path"`
 	Size int64  `json:"size"`
 	CRC  uint32 `json:"crc"`
+	// Offset is where the member's data starts in the tar stream.
+	Offset int64 `json:"offset"`
 }
 
 // Facts are what the scenarios check their reads against, computed once
@@ -289,9 +291,16 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // smallReadMax bounds the members that scenario 3 may pick.
 const smallReadMax = 64 << 10
 
-// scanFacts reads a tar stream and picks nreads members below 64 KiB with
-// the seed (in the order they will be read).
-func scanFacts(r io.Reader, nreads int, seed uint64) (*Facts, error) {
+// readSpacing is how far apart in the tar stream scenario 3's files lie:
+// more than any tool's unit of decoding (tarmount's spans are 4 MiB), so
+// that no read finds its data decoded by an earlier one and every read is
+// cold. An archive holds fewer such files than reads asked for when it is
+// smaller than reads*readSpacing.
+const readSpacing = 5 << 20
+
+// scanFacts reads a tar stream and picks nreads members below 64 KiB,
+// spacing apart, with the seed (in the order they will be read).
+func scanFacts(r io.Reader, nreads int, seed uint64, spacing int64) (*Facts, error) {
 	cr := &countReader{r: r}
 	tr := tar.NewReader(cr)
 	f := &Facts{}
@@ -313,12 +322,13 @@ func scanFacts(r io.Reader, nreads int, seed uint64) (*Facts, error) {
 			f.Symlinks++
 		case tar.TypeReg:
 			f.Files++
+			start := cr.n // tar.Reader reads no further than the header
 			h := crc32.New(castagnoli)
 			n, err := io.CopyBuffer(h, tr, buf)
 			if err != nil {
 				return nil, fmt.Errorf("read %s: %w", hdr.Name, err)
 			}
-			m := Member{Path: strings.TrimSuffix(hdr.Name, "/"), Size: n, CRC: h.Sum32()}
+			m := Member{Path: strings.TrimSuffix(hdr.Name, "/"), Size: n, CRC: h.Sum32(), Offset: start}
 			if f.Probe.Path == "" {
 				f.Probe = m
 			}
@@ -335,21 +345,29 @@ func scanFacts(r io.Reader, nreads int, seed uint64) (*Facts, error) {
 		return nil, err
 	}
 	f.TarBytes = cr.n
-	f.Reads = pick(small, nreads, seed)
+	f.Reads = pick(small, nreads, seed, spacing)
 	return f, nil
 }
 
-// pick returns n members of ms chosen with the seed (all of them, shuffled,
-// when there are fewer).
-func pick(ms []Member, n int, seed uint64) []Member {
+// pick returns up to n members of ms chosen with the seed, no two of
+// them closer than spacing in the tar stream, in a random order.
+func pick(ms []Member, n int, seed uint64, spacing int64) []Member {
 	ms = slices.Clone(ms)
 	r := newRNG(seed)
-	n = min(n, len(ms))
-	for i := 0; i < n; i++ {
+	var chosen []Member
+	var offs []int64 // of chosen, sorted
+	for i := 0; i < len(ms) && len(chosen) < n; i++ {
 		j := i + r.intn(len(ms)-i)
 		ms[i], ms[j] = ms[j], ms[i]
+		m := ms[i]
+		k, _ := slices.BinarySearch(offs, m.Offset)
+		if k > 0 && m.Offset-offs[k-1] < spacing || k < len(offs) && offs[k]-m.Offset < spacing {
+			continue
+		}
+		offs = slices.Insert(offs, k, m.Offset)
+		chosen = append(chosen, m)
 	}
-	return ms[:n]
+	return chosen
 }
 
 type countReader struct {
@@ -375,7 +393,7 @@ func loadFacts(tarPath string, nreads int, seed uint64) (*Facts, error) {
 		ID    string `json:"id"`
 		Facts *Facts `json:"facts"`
 	}
-	id := fmt.Sprintf("%d %d %d %d", st.Size(), st.ModTime().UnixNano(), nreads, seed)
+	id := fmt.Sprintf("%d %d %d %d %d", st.Size(), st.ModTime().UnixNano(), nreads, seed, readSpacing)
 	if b, err := os.ReadFile(cache); err == nil {
 		var s stored
 		if json.Unmarshal(b, &s) == nil && s.ID == id && s.Facts != nil {
@@ -387,7 +405,7 @@ func loadFacts(tarPath string, nreads int, seed uint64) (*Facts, error) {
 		return nil, err
 	}
 	defer f.Close()
-	facts, err := scanFacts(bufio.NewReaderSize(f, 1<<20), nreads, seed)
+	facts, err := scanFacts(bufio.NewReaderSize(f, 1<<20), nreads, seed, readSpacing)
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", tarPath, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/json"
+	"hash/crc32"
 	"math"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func TestSmallFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tarBytes := int64(b.Len())
-	f, err := scanFacts(&b, 100, 7)
+	f, err := scanFacts(bytes.NewReader(b.Bytes()), 100, 7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +90,30 @@ func TestSmallFacts(t *testing.T) {
 	}
 	if !strings.HasPrefix(f.Probe.Path, "small/d00/d00/") {
 		t.Errorf("probe %s, want the first file", f.Probe.Path)
+	}
+	// Offsets point at each member's data.
+	tr := b.Bytes()
+	for _, m := range f.Reads[:5] {
+		data := tr[m.Offset : m.Offset+m.Size]
+		if got := crc32.Checksum(data, castagnoli); got != m.CRC {
+			t.Errorf("%s at %d: crc %08x, want %08x", m.Path, m.Offset, got, m.CRC)
+		}
+	}
+	// Spaced reads lie that far apart.
+	const spacing = 256 << 10
+	sp, err := scanFacts(bytes.NewReader(tr), 100, 7, spacing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := int(tarBytes/spacing) + 1; len(sp.Reads) < 2 || len(sp.Reads) > max {
+		t.Fatalf("got %d spaced reads, want 2 to %d", len(sp.Reads), max)
+	}
+	for i, a := range sp.Reads {
+		for _, c := range sp.Reads[i+1:] {
+			if d := a.Offset - c.Offset; d < spacing && d > -spacing {
+				t.Errorf("%s and %s are %d bytes apart, want at least %d", a.Path, c.Path, d, spacing)
+			}
+		}
 	}
 }
 
