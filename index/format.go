@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -530,12 +529,7 @@ func (ix *Index) Save(path string) error {
 
 // Load reads an index file.
 func Load(path string) (*Index, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(f)
+	data, err := os.ReadFile(path) // one read of the size stat gives
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,16 @@ func (a *archive) Close(log *slog.Logger) {
 	a.src.Close()
 }
 
+// loadIndex is index.Load with the garbage collector off: loading
+// allocates the whole index at once, and at start-up, with a small heap,
+// collections would run several times over memory that all stays live
+// (about a quarter of the load time of a 200k-entry index). The memory
+// limit, when one is set, still bounds the heap.
+func loadIndex(path string) (*index.Index, error) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	return index.Load(path)
+}
+
 // cachePath names the saved index of the archive at url with identity id.
 func cachePath(dir, url string, id fetch.Identity) string {
 	h := sha256.Sum256([]byte(url))
@@ -90,7 +100,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	cached := cachePath(c.cacheDir, src.String(), id)
 	switch {
 	case c.indexFile != "":
-		ix, err := index.Load(c.indexFile)
+		ix, err := loadIndex(c.indexFile)
 		if err != nil {
 			a.Close(log)
 			return nil, err
@@ -102,7 +112,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 		}
 		a.ix, a.indexFrom = ix, indexFromFile
 	case !rebuild:
-		if ix, err := index.Load(cached); err == nil && sameIdentity(ix.Source, id) {
+		if ix, err := loadIndex(cached); err == nil && sameIdentity(ix.Source, id) {
 			log.Debug("index loaded", "path", cached)
 			a.ix, a.indexFrom = ix, indexFromCache
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {

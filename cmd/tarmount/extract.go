@@ -58,7 +58,7 @@ func (s *countingSource) ReadAt(ctx context.Context, p []byte, off int64) (int, 
 func findIndex(src fetch.Source, c *config, log *slog.Logger) (*index.Index, error) {
 	id := src.Identity()
 	if c.indexFile != "" {
-		ix, err := index.Load(c.indexFile)
+		ix, err := loadIndex(c.indexFile)
 		if err != nil {
 			return nil, err
 		}
@@ -68,7 +68,7 @@ func findIndex(src fetch.Source, c *config, log *slog.Logger) (*index.Index, err
 		return ix, nil
 	}
 	cached := cachePath(c.cacheDir, src.String(), id)
-	ix, err := index.Load(cached)
+	ix, err := loadIndex(cached)
 	if err == nil && sameIdentity(ix.Source, id) {
 		log.Debug("index loaded", "path", cached)
 		return ix, nil
