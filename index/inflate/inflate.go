@@ -160,17 +160,14 @@ func NewReader(r io.Reader, opts Options) *Reader {
 // compressed stream from offset cp.In on. Checksums of a member entered in
 // the middle cannot be verified; callers verify spans themselves.
 func NewReaderAt(r io.Reader, cp Checkpoint, opts Options) (*Reader, error) {
+	if err := checkCheckpoint(cp); err != nil {
+		return nil, err
+	}
 	z := newReader(r, opts, cp.In)
 	switch cp.Kind {
 	case KindMember:
-		if cp.Bit != 0 || len(cp.Window) != 0 {
-			return nil, fmt.Errorf("%w: member checkpoint with bit offset or window", ErrCorrupt)
-		}
 		z.state = stHeader
 	case KindBlock:
-		if cp.Bit > 7 || len(cp.Window) > WindowSize {
-			return nil, fmt.Errorf("%w: bad checkpoint", ErrCorrupt)
-		}
 		n := copy(z.out, cp.Window)
 		z.op, z.rd, z.crcPos, z.observed = n, n, n, n
 		z.state = stBlock
@@ -183,8 +180,6 @@ func NewReaderAt(r io.Reader, cp Checkpoint, opts Options) (*Reader, error) {
 		z.bits = uint64(z.in[0]) >> cp.Bit
 		z.nbits = 8 - uint(cp.Bit)
 		z.inPos = 1
-	default:
-		return nil, fmt.Errorf("%w: unknown checkpoint kind %d", ErrCorrupt, cp.Kind)
 	}
 	z.outBase = cp.Out - int64(z.op)
 	if opts.Limit > 0 {
@@ -193,6 +188,23 @@ func NewReaderAt(r io.Reader, cp Checkpoint, opts Options) (*Reader, error) {
 	z.lastCP = cp.Out
 	z.haveCP = true
 	return z, nil
+}
+
+// checkCheckpoint rejects a checkpoint that no stream could have given.
+func checkCheckpoint(cp Checkpoint) error {
+	switch cp.Kind {
+	case KindMember:
+		if cp.Bit != 0 || len(cp.Window) != 0 {
+			return fmt.Errorf("%w: member checkpoint with bit offset or window", ErrCorrupt)
+		}
+	case KindBlock:
+		if cp.Bit > 7 || len(cp.Window) > WindowSize {
+			return fmt.Errorf("%w: bad checkpoint", ErrCorrupt)
+		}
+	default:
+		return fmt.Errorf("%w: unknown checkpoint kind %d", ErrCorrupt, cp.Kind)
+	}
+	return nil
 }
 
 func newReader(r io.Reader, opts Options, inBase int64) *Reader {
@@ -225,6 +237,9 @@ func DecodeInto(dst, comp []byte, cp Checkpoint) error {
 	if cap(dst)-len(dst) < Margin {
 		return fmt.Errorf("inflate: destination has %d bytes of margin, want %d", cap(dst)-len(dst), Margin)
 	}
+	if err := checkCheckpoint(cp); err != nil {
+		return err
+	}
 	z := &Reader{
 		in:       comp,
 		inEnd:    len(comp),
@@ -239,14 +254,8 @@ func DecodeInto(dst, comp []byte, cp Checkpoint) error {
 	}
 	switch cp.Kind {
 	case KindMember:
-		if cp.Bit != 0 || len(cp.Window) != 0 {
-			return fmt.Errorf("%w: member checkpoint with bit offset or window", ErrCorrupt)
-		}
 		z.state = stHeader
 	case KindBlock:
-		if cp.Bit > 7 || len(cp.Window) > WindowSize {
-			return fmt.Errorf("%w: bad checkpoint", ErrCorrupt)
-		}
 		if len(comp) == 0 {
 			return fmt.Errorf("%w: no input at checkpoint %d", ErrTruncated, cp.In)
 		}
@@ -255,8 +264,6 @@ func DecodeInto(dst, comp []byte, cp Checkpoint) error {
 		z.nbits = 8 - uint(cp.Bit)
 		z.inPos = 1
 		z.state = stBlock
-	default:
-		return fmt.Errorf("%w: unknown checkpoint kind %d", ErrCorrupt, cp.Kind)
 	}
 	for z.op < len(dst) {
 		if z.state == stDone {

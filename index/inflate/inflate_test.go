@@ -495,6 +495,7 @@ func TestDecodeIntoErrors(t *testing.T) {
 		}(), ErrCorrupt},
 		{"bit offset", make([]byte, n, n+Margin), comp[cp.In:], func() Checkpoint { c := cp; c.Bit = 9; return c }(), ErrCorrupt},
 		{"member with window", make([]byte, n, n+Margin), comp, Checkpoint{Kind: KindMember, Window: []byte{1}}, ErrCorrupt},
+		{"unknown kind", make([]byte, n, n+Margin), comp, Checkpoint{Kind: 9}, ErrCorrupt},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
