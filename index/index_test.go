@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index/inflate"
 	"github.com/tarmount/tarmount/index/tarscan"
 )
 
@@ -767,5 +768,48 @@ func TestReaderStats(t *testing.T) {
 	want := ReaderStats{SpanHits: 1, SpanMisses: 1, SpanDecodes: 1, CachedBytes: st.CachedBytes}
 	if st != want || st.CachedBytes <= 0 {
 		t.Errorf("got %+v, want %+v with CachedBytes > 0", st, want)
+	}
+}
+
+// TestDecodeSpanIntoReuses checks that a gzip span decoded into the
+// buffer of an earlier one shares its memory and still gives the bytes
+// of a fresh decode.
+func TestDecodeSpanIntoReuses(t *testing.T) {
+	obj := gzipBytes(tarBytes(t, sampleMembers()), 6)
+	ix := build(t, obj, 4096)
+	if len(ix.Checkpoints) < 3 {
+		t.Fatalf("got %d checkpoints, want at least 3", len(ix.Checkpoints))
+	}
+	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+	defer r.Close()
+	ctx := context.Background()
+	buf, err := r.DecodeSpan(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reused := 0
+	for i := 1; i < len(ix.Checkpoints); i++ {
+		want, err := r.DecodeSpan(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.DecodeSpanInto(ctx, i, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("span %d: decoded into a reused buffer differs", i)
+		}
+		roomy := cap(buf) >= len(got)+inflate.Margin
+		if same := &got[:1][0] == &buf[:1][0]; same != roomy {
+			t.Errorf("span %d: reused %v, want %v (cap %d for %d bytes)", i, same, roomy, cap(buf), len(got))
+		}
+		if roomy {
+			reused++
+		}
+		buf = got
+	}
+	if reused == 0 {
+		t.Error("no span was decoded into a reused buffer")
 	}
 }

@@ -232,3 +232,24 @@ func TestEarlyPlacementConflicts(t *testing.T) {
 		})
 	}
 }
+
+func TestBufList(t *testing.T) {
+	l := bufList{max: 2}
+	if b := l.get(); b != nil {
+		t.Fatalf("empty list gave a buffer of %d bytes", cap(b))
+	}
+	a, b, c := make([]byte, 1), make([]byte, 2), make([]byte, 3)
+	l.put(a)
+	l.put(b)
+	l.put(c) // over max: dropped
+	l.put(nil)
+	if got := l.get(); cap(got) != 2 {
+		t.Errorf("got a buffer of cap %d, want the last kept (2)", cap(got))
+	}
+	if got := l.get(); cap(got) != 1 {
+		t.Errorf("got a buffer of cap %d, want 1", cap(got))
+	}
+	if got := l.get(); got != nil {
+		t.Errorf("got a buffer of cap %d from an emptied list, want none", cap(got))
+	}
+}
