@@ -49,13 +49,25 @@ type BuildOptions struct {
 	// only during the call; what is not read is skipped. An error ends
 	// the build. It lets one pass both index and extract an archive.
 	OnMember func(h *tarscan.Header, data io.Reader) error
+	// Live, if set, publishes what the pass has seen as it goes, for a
+	// mount served during the pass; Build tells it when the pass ends or
+	// fails (the caller then calls Live.Serve with a Reader of the
+	// index).
+	Live *Live
 }
 
 // Build reads the whole archive from r, which yields the object as stored
 // from its first byte, and returns its index. id is recorded as the
 // source identity. A Discard(int64) method on r is used to skip member data
 // of uncompressed archives.
-func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOptions) (*Index, error) {
+func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOptions) (ix *Index, err error) {
+	if opts.Live != nil {
+		defer func() {
+			if err != nil {
+				opts.Live.finished(nil, err)
+			}
+		}()
+	}
 	if opts.Span <= 0 {
 		opts.Span = DefaultSpan
 	}
@@ -72,11 +84,17 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		return nil, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
 	}
 	b := newBuilder(log)
-	ix := b.ix
+	ix = b.ix
 	ix.Source = id
 	ix.Span = opts.Span
 	ix.Codec = codec
 	rec := newRecorder(ix, opts.Span, opts.Local)
+	add := b.add
+	if opts.Live != nil {
+		opts.Live.attach(b, ix)
+		rec.live = opts.Live
+		add = opts.Live.add
+	}
 	var tarStream io.Reader = pr
 	var dec passDecoder
 	if codec != CodecNone {
@@ -113,7 +131,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 				return nil, err
 			}
 		}
-		if err := b.add(h); err != nil {
+		if err := add(h); err != nil {
 			return nil, err
 		}
 	}
@@ -144,6 +162,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		return nil, err
 	}
 	b.report()
+	if opts.Live != nil {
+		opts.Live.finished(b.newID, nil)
+	}
 	return ix, nil
 }
 
@@ -309,6 +330,9 @@ type builder struct {
 	names   map[dirName]EntryID // every live name -> entry
 	full    map[EntryID]bool    // directories that have children
 	skips   map[string]skipped
+	// newID maps entries to their ids in the finished index (noEntry for
+	// those it leaves out); set by finish.
+	newID []EntryID
 }
 
 // dirName is one name in a directory.
@@ -640,11 +664,13 @@ func (b *builder) finish() error {
 	newID := make([]EntryID, len(b.entries))
 	entries := make([]bentry, 0, len(b.entries))
 	for id := range b.entries {
+		newID[id] = noEntry
 		if live[id] {
 			newID[id] = EntryID(len(entries))
 			entries = append(entries, b.entries[id])
 		}
 	}
+	b.newID = newID
 	for i := range links {
 		links[i].parent = newID[links[i].parent]
 		links[i].id = newID[links[i].id]

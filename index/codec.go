@@ -184,6 +184,9 @@ type recorder struct {
 	pending   []subSpan
 	pre       xxhash.Digest
 	preOut    int64
+	// live, if set, is told of every checkpoint and digest: they are
+	// added under its lock.
+	live *Live
 }
 
 type subSpan struct {
@@ -243,16 +246,28 @@ func (r *recorder) due() bool {
 // mark records a checkpoint at the current offset (c.Out must equal it).
 // One at the same offset as the last replaces it.
 func (r *recorder) mark(c Checkpoint) {
-	ix := r.ix
-	if l := r.last(); l != nil && l.Out == c.Out {
-		*l = c
+	r.publish(func() {
+		ix := r.ix
+		if l := r.last(); l != nil && l.Out == c.Out {
+			*l = c
+			return
+		}
+		if len(ix.Checkpoints) > 0 {
+			ix.Digests = append(ix.Digests, r.hash.Sum64())
+		}
+		r.hash.Reset()
+		ix.Checkpoints = append(ix.Checkpoints, c)
+	})
+}
+
+// publish runs f, which adds checkpoints or digests, under the lock of
+// r.live (if any), and tells it.
+func (r *recorder) publish(f func()) {
+	if r.live == nil {
+		f()
 		return
 	}
-	if len(ix.Checkpoints) > 0 {
-		ix.Digests = append(ix.Digests, r.hash.Sum64())
-	}
-	r.hash.Reset()
-	ix.Checkpoints = append(ix.Checkpoints, c)
+	r.live.update(f)
 }
 
 // beginLocal makes every later byte, up to endLocal, go to the local copy
@@ -288,17 +303,19 @@ func (r *recorder) beginTentative(in int64) {
 // promote turns the tentative frame into local spans: a kindLocal
 // checkpoint at its start and at every sub-span boundary passed.
 func (r *recorder) promote() {
-	ix := r.ix
-	if l := r.last(); l != nil && int64(l.Out) == r.preOut {
-		*l = Checkpoint{Kind: kindLocal, In: CompressedOffset(r.localIn), Out: l.Out}
-	} else {
-		ix.Digests = append(ix.Digests, r.pre.Sum64())
-		ix.Checkpoints = append(ix.Checkpoints, Checkpoint{Kind: kindLocal, In: CompressedOffset(r.localIn), Out: UncompressedOffset(r.preOut)})
-	}
-	for _, s := range r.pending {
-		ix.Digests = append(ix.Digests, s.digest)
-		ix.Checkpoints = append(ix.Checkpoints, Checkpoint{Kind: kindLocal, In: CompressedOffset(r.localIn), Out: UncompressedOffset(s.end)})
-	}
+	r.publish(func() {
+		ix := r.ix
+		if l := r.last(); l != nil && int64(l.Out) == r.preOut {
+			*l = Checkpoint{Kind: kindLocal, In: CompressedOffset(r.localIn), Out: l.Out}
+		} else {
+			ix.Digests = append(ix.Digests, r.pre.Sum64())
+			ix.Checkpoints = append(ix.Checkpoints, Checkpoint{Kind: kindLocal, In: CompressedOffset(r.localIn), Out: UncompressedOffset(r.preOut)})
+		}
+		for _, s := range r.pending {
+			ix.Digests = append(ix.Digests, s.digest)
+			ix.Checkpoints = append(ix.Checkpoints, Checkpoint{Kind: kindLocal, In: CompressedOffset(r.localIn), Out: UncompressedOffset(s.end)})
+		}
+	})
 	r.pending = r.pending[:0]
 	r.hash = r.sub
 	r.tentative = false
@@ -314,9 +331,11 @@ func (r *recorder) endTentative() {
 
 // finish closes the last span.
 func (r *recorder) finish() {
-	if len(r.ix.Checkpoints) > 0 {
-		r.ix.Digests = append(r.ix.Digests, r.hash.Sum64())
-	}
+	r.publish(func() {
+		if len(r.ix.Checkpoints) > 0 {
+			r.ix.Digests = append(r.ix.Digests, r.hash.Sum64())
+		}
+	})
 }
 
 // sparseBlock is the unit writeSparse leaves as a hole when it is all

@@ -255,8 +255,20 @@ func (ix *Index) StoredSize(id EntryID) int64 {
 	if !ix.recs[id].sparse {
 		return ix.recs[id].size
 	}
+	return storedSize(&Entry{Type: TypeReg, Sparse: true}, ix.SparseMap(id))
+}
+
+// storedSize returns the data bytes stored for entry e with sparse map
+// chunks (see StoredSize).
+func storedSize(e *Entry, chunks []SparseChunk) int64 {
+	if e.Type != TypeReg {
+		return 0
+	}
+	if !e.Sparse {
+		return e.Size
+	}
 	var n int64
-	for _, c := range ix.SparseMap(id) {
+	for _, c := range chunks {
 		n += c.Length
 	}
 	return n

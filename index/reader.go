@@ -207,11 +207,25 @@ func (r *Reader) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (i
 	if e == nil {
 		return 0, ErrNotFound
 	}
+	var chunks []SparseChunk
+	if e.Sparse {
+		chunks = r.SparseMap(id)
+	}
+	n, err := r.readEntry(ctx, e, chunks, p, off)
+	if err != nil && err != io.EOF && !errors.Is(err, ErrNotRegular) {
+		err = fmt.Errorf("read %s at %d: %w", r.Path(id), off, err)
+	}
+	return n, err
+}
+
+// readEntry reads the content of entry e, whose sparse map is chunks, at
+// off, like ReadAt. Errors are not wrapped with the entry's path.
+func (r *Reader) readEntry(ctx context.Context, e *Entry, chunks []SparseChunk, p []byte, off int64) (int, error) {
 	if e.Type != TypeReg {
 		return 0, ErrNotRegular
 	}
 	if off < 0 {
-		return 0, fmt.Errorf("read %s: negative offset", r.Path(id))
+		return 0, errors.New("negative offset")
 	}
 	if off >= e.Size {
 		return 0, io.EOF
@@ -224,16 +238,16 @@ func (r *Reader) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (i
 	// sequential reader: read ahead at once, up to the file's end.
 	var fileEnd int64
 	if off == 0 {
-		fileEnd = int64(e.DataOffset) + r.StoredSize(id)
+		fileEnd = int64(e.DataOffset) + storedSize(e, chunks)
 	}
 	var err error
 	if e.Sparse {
-		err = r.readSparse(ctx, e, r.SparseMap(id), p, off)
+		err = r.readSparse(ctx, e, chunks, p, off)
 	} else {
 		err = r.readStream(ctx, p, int64(e.DataOffset)+off, fileEnd)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read %s at %d: %w", r.Path(id), off, err)
+		return 0, err
 	}
 	if len(p) < want {
 		return len(p), io.EOF

@@ -1,0 +1,554 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tarmount/tarmount/index/tarscan"
+)
+
+// ErrPassFailed wraps the error that ended an index pass a Live was
+// serving: every call waiting for the pass then fails with it.
+var ErrPassFailed = errors.New("index: the index pass failed")
+
+// Live serves an archive while its first index pass runs (see
+// BuildOptions.Live), so that a mount answers as soon as the pass starts:
+//
+//   - names the pass has seen are found at once; WaitName waits for a
+//     name it has not seen yet until the pass reaches it or ends;
+//   - ReadAt serves data the pass has passed (decoded again from the
+//     checkpoints already recorded, whose compressed bytes are usually
+//     still in the block cache) and waits for data ahead of it;
+//   - once the pass has ended and the caller has made the Reader of the
+//     finished index (Serve), everything is served by that Reader.
+//
+// Entry ids are those of the pass (in archive order, names replaced by a
+// later member included) for the whole life of a Live: the ids of the
+// finished index, which leaves out entries no name reaches, are
+// translated. A filesystem can thus keep its inode numbers across Serve.
+//
+// Live is safe for concurrent use. Close stops its readers; it does not
+// stop the pass.
+type Live struct {
+	// set once
+	src  Source
+	opts ReaderOptions
+
+	mu sync.Mutex
+	// guarded by mu
+	b       *builder           // the pass's entries and names; nil before the pass starts
+	ix      *Index             // the pass's index: Checkpoints and Digests grow under mu
+	known   int                // checkpoints checked for kindLocal so far
+	local   int                // the first span that only a local copy serves (-1: none yet)
+	changed chan struct{}      // closed at the next change; nil when nobody waits
+	snap    *liveSnap          // reader over the spans complete when it was made
+	built   bool               // the pass ended: every name is known
+	fwd     []EntryID          // pass id -> id in the finished index (noEntry: dropped); nil: same ids
+	inv     []EntryID          // id in the finished index -> pass id; nil: same ids
+	dead    map[EntryID]bentry // entries the finished index leaves out
+	final   *Reader            // set by Serve
+	err     error              // why the pass failed
+	closed  bool
+}
+
+// noEntry marks a pass entry that the finished index leaves out.
+const noEntry = ^EntryID(0)
+
+// liveSnap is a Reader over an index of the spans complete at one time.
+// It is closed once it is replaced and no read holds it.
+type liveSnap struct {
+	r    *Reader
+	refs int // reads holding it, +1 while it is Live.snap
+}
+
+// NewLive returns a Live for a pass over the archive that src reads. opts
+// are those of the readers it makes of the partial index; Readahead is
+// ignored (data ahead of the pass cannot be read ahead, and decoding
+// behind it would compete with the pass).
+func NewLive(src Source, opts ReaderOptions) *Live {
+	opts.Readahead = -1
+	return &Live{src: src, opts: opts, local: -1}
+}
+
+// attach is called by Build when the pass starts.
+func (l *Live) attach(b *builder, ix *Index) {
+	l.update(func() { l.b, l.ix = b, ix })
+}
+
+// update runs f, which changes what the pass has seen, under l.mu, and
+// wakes the waiters.
+func (l *Live) update(f func()) {
+	l.mu.Lock()
+	f()
+	l.notifyLocked()
+	l.mu.Unlock()
+}
+
+func (l *Live) notifyLocked() {
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+}
+
+// add adds member h to the pass's entries, like builder.add.
+func (l *Live) add(h *tarscan.Header) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.b.add(h)
+	l.notifyLocked()
+	return err
+}
+
+// finished is called by Build when the pass ends: newID maps the pass's
+// ids to those of the finished index (noEntry for dropped entries), or
+// err says why the pass failed.
+func (l *Live) finished(newID []EntryID, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer l.notifyLocked()
+	if err != nil {
+		if l.err == nil {
+			l.err = fmt.Errorf("%w: %w", ErrPassFailed, err)
+		}
+		return
+	}
+	l.built = true
+	same := true
+	for i, id := range newID {
+		if id != EntryID(i) {
+			same = false
+			break
+		}
+	}
+	if same {
+		return
+	}
+	l.fwd = newID
+	l.inv = make([]EntryID, 0, len(newID))
+	l.dead = map[EntryID]bentry{}
+	for i, id := range newID {
+		if id == noEntry {
+			l.dead[EntryID(i)] = l.b.entries[i]
+			continue
+		}
+		l.inv = append(l.inv, EntryID(i))
+	}
+}
+
+// Serve makes r, a Reader of the index the pass built, serve every call
+// from now on. l does not own r: Close does not close it.
+func (l *Live) Serve(r *Reader) {
+	l.mu.Lock()
+	l.final = r
+	l.b = nil // the finished index has it all
+	l.notifyLocked()
+	old := l.dropSnapLocked()
+	l.mu.Unlock()
+	closeReader(old)
+}
+
+// Fail ends l with err when the pass could not be used (its index could
+// not be read, say): calls that wait for the pass fail with it.
+func (l *Live) Fail(err error) { l.finished(nil, err) }
+
+// Close releases the readers of the partial index and fails the calls
+// still waiting. It is idempotent.
+func (l *Live) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.notifyLocked()
+	old := l.dropSnapLocked()
+	l.mu.Unlock()
+	closeReader(old)
+	return nil
+}
+
+// dropSnapLocked drops l.snap, and returns its reader when no read holds
+// it any more: the caller closes it once it has let go of l.mu.
+func (l *Live) dropSnapLocked() *Reader {
+	s := l.snap
+	if s == nil {
+		return nil
+	}
+	l.snap = nil
+	return l.unrefLocked(s)
+}
+
+// unrefLocked lets go of a reference to s, and returns its reader when it
+// was the last one: the caller closes it once it has let go of l.mu.
+func (l *Live) unrefLocked(s *liveSnap) *Reader {
+	if s.refs--; s.refs == 0 {
+		return s.r
+	}
+	return nil
+}
+
+func closeReader(r *Reader) {
+	if r != nil {
+		r.Close()
+	}
+}
+
+// Complete reports whether the finished index serves every call: its
+// answers no longer change.
+func (l *Live) Complete() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.final != nil
+}
+
+// wait blocks until the pass changes something, ctx ends or l is closed;
+// it is called with l.mu held and returns with it held.
+func (l *Live) waitLocked(ctx context.Context) error {
+	if l.err != nil {
+		return l.err
+	}
+	if l.closed {
+		return fmt.Errorf("%w: closed", ErrPassFailed)
+	}
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	ch := l.changed
+	l.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	l.mu.Lock()
+	return err
+}
+
+// WaitName blocks until name in directory dir is known, or the pass has
+// ended (the name is then known to be missing), or ctx ends.
+func (l *Live) WaitName(ctx context.Context, dir EntryID, name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		if l.built || l.final != nil {
+			return nil
+		}
+		if l.b != nil {
+			if _, ok := l.b.names[dirName{dir, name}]; ok {
+				return nil
+			}
+		}
+		if err := l.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// WaitListing blocks until the listing of every directory is complete (the
+// pass has ended and Serve was called), or ctx ends.
+func (l *Live) WaitListing(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.final == nil {
+		if err := l.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Len returns the number of entry ids: those of the pass so far.
+func (l *Live) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.b != nil:
+		return len(l.b.entries)
+	case l.fwd != nil:
+		return len(l.fwd)
+	case l.final != nil:
+		return l.final.Len()
+	}
+	return 0
+}
+
+// finalID returns the id in the finished index of pass id id, or false
+// for an entry it leaves out. l.final is set.
+func (l *Live) finalIDLocked(id EntryID) (EntryID, bool) {
+	if l.fwd == nil {
+		return id, true
+	}
+	if int(id) >= len(l.fwd) || l.fwd[id] == noEntry {
+		return 0, false
+	}
+	return l.fwd[id], true
+}
+
+func (l *Live) passIDLocked(id EntryID) EntryID {
+	if l.inv == nil || int(id) >= len(l.inv) {
+		return id
+	}
+	return l.inv[id]
+}
+
+// Entry returns the entry of id, or nil. Until the pass ends, link counts
+// are 1 (2 for directories) and may rise.
+func (l *Live) Entry(id EntryID) *Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final != nil {
+		fid, ok := l.finalIDLocked(id)
+		if !ok {
+			if d, ok := l.dead[id]; ok {
+				e := d.Entry
+				return &e
+			}
+			return nil
+		}
+		e := l.final.Entry(fid)
+		if e != nil {
+			e.Parent = l.passIDLocked(e.Parent)
+		}
+		return e
+	}
+	if l.b == nil || int(id) >= len(l.b.entries) {
+		return nil
+	}
+	e := l.b.entries[id].Entry
+	e.Nlink = 1
+	if e.Type == TypeDir {
+		e.Nlink = 2
+	}
+	return &e
+}
+
+// Lookup finds name in directory dir among the names known now.
+func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final != nil {
+		fdir, ok := l.finalIDLocked(dir)
+		if !ok {
+			return 0, false
+		}
+		id, ok := l.final.Lookup(fdir, name)
+		return l.passIDLocked(id), ok
+	}
+	if l.b == nil || int(dir) >= len(l.b.entries) || l.b.entries[dir].Type != TypeDir {
+		return 0, false
+	}
+	id, ok := l.b.names[dirName{dir, name}]
+	return id, ok
+}
+
+// Children returns the names in directory dir, sorted, in a slice the
+// caller owns: the complete listing once Complete, else the names known
+// now (found by going over all of them).
+func (l *Live) Children(dir EntryID) []Dirent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final != nil {
+		fdir, ok := l.finalIDLocked(dir)
+		if !ok {
+			return nil
+		}
+		out := l.final.Children(fdir)
+		for i := range out {
+			out[i].ID = l.passIDLocked(out[i].ID)
+		}
+		return out
+	}
+	if l.b == nil {
+		return nil
+	}
+	var out []Dirent
+	for k, id := range l.b.names {
+		if k.dir == dir {
+			out = append(out, Dirent{Name: k.name, ID: id})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Path returns the first name of id as a path from the root.
+func (l *Live) Path(id EntryID) string {
+	var parts []string
+	for id != RootID && len(parts) < maxPathParts {
+		e := l.Entry(id)
+		if e == nil {
+			break
+		}
+		parts = append(parts, e.Name)
+		id = e.Parent
+	}
+	slices.Reverse(parts)
+	return strings.Join(parts, "/")
+}
+
+// maxPathParts bounds the parent walk of Path.
+const maxPathParts = 4096
+
+// Xattrs returns the extended attributes of id, in a slice the caller
+// owns.
+func (l *Live) Xattrs(id EntryID) []Xattr {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final != nil {
+		if fid, ok := l.finalIDLocked(id); ok {
+			return l.final.Xattrs(fid)
+		}
+		return slices.Clone(l.dead[id].xattrs)
+	}
+	if l.b == nil || int(id) >= len(l.b.entries) {
+		return nil
+	}
+	return slices.Clone(l.b.entries[id].xattrs)
+}
+
+// ReadAt reads the content of file id at off, like Reader.ReadAt: at
+// once when the pass has passed the data, else once it has. It fails if
+// the pass fails before.
+func (l *Live) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int, error) {
+	l.mu.Lock()
+	if l.final != nil {
+		fid, ok := l.finalIDLocked(id)
+		d, dead := l.dead[id]
+		r := l.final
+		l.mu.Unlock()
+		switch {
+		case ok:
+			return r.ReadAt(ctx, fid, p, off)
+		case dead:
+			// A member that a later one replaced: its data is
+			// still in the archive.
+			return r.readEntry(ctx, &d.Entry, d.sparse, p, off)
+		}
+		return 0, ErrNotFound
+	}
+	if l.b == nil || int(id) >= len(l.b.entries) {
+		l.mu.Unlock()
+		return 0, ErrNotFound
+	}
+	be := l.b.entries[id]
+	l.mu.Unlock()
+	e := &be.Entry
+	switch {
+	case e.Type != TypeReg:
+		return 0, ErrNotRegular
+	case off < 0:
+		return 0, errors.New("negative offset")
+	case off >= e.Size:
+		return 0, io.EOF
+	case len(p) == 0:
+		return 0, nil
+	}
+	// The data of the whole read lies before this offset in the tar
+	// stream (for a sparse file, before the end of its stored data).
+	need := int64(e.DataOffset) + storedSize(e, be.sparse)
+	if !e.Sparse {
+		need = int64(e.DataOffset) + min(off+int64(len(p)), e.Size)
+	}
+	s, final, err := l.reader(ctx, need)
+	if err != nil {
+		return 0, err
+	}
+	if final {
+		return l.ReadAt(ctx, id, p, off)
+	}
+	defer l.release(s)
+	return s.r.readEntry(ctx, e, be.sparse, p, off)
+}
+
+// reader returns a reader of the partial index that covers the tar
+// stream up to need, waiting for the pass to get there; or final when the
+// finished index serves reads now.
+func (l *Live) reader(ctx context.Context, need int64) (s *liveSnap, final bool, err error) {
+	var old *Reader
+	l.mu.Lock()
+	defer func() {
+		l.mu.Unlock()
+		closeReader(old)
+	}()
+	for {
+		if l.final != nil {
+			return nil, true, nil
+		}
+		if l.closed {
+			return nil, false, fmt.Errorf("%w: closed", ErrPassFailed)
+		}
+		if l.snap != nil && l.snap.r.TarSize >= need {
+			l.snap.refs++
+			return l.snap, false, nil
+		}
+		if l.ix != nil && l.coveredLocked() >= need {
+			old = l.dropSnapLocked()
+			l.snap = &liveSnap{r: NewReader(l.partialLocked(), l.src, l.opts), refs: 1}
+			continue
+		}
+		if err := l.waitLocked(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+func (l *Live) release(s *liveSnap) {
+	l.mu.Lock()
+	old := l.unrefLocked(s)
+	l.mu.Unlock()
+	closeReader(old)
+}
+
+// coveredLocked returns how much of the tar stream the pass's complete
+// spans cover: the decoded offset of the latest checkpoint that ends a
+// span with a digest, short of the first span only a local copy serves.
+// An uncompressed archive is covered from the start: its data is read
+// where it lies.
+func (l *Live) coveredLocked() int64 {
+	ix := l.ix
+	if ix.Codec == CodecNone {
+		return ix.Source.Size
+	}
+	done := len(ix.Digests) // spans 0..done-1 are complete
+	for ; l.known < done && l.local < 0; l.known++ {
+		if ix.Checkpoints[l.known].Kind == kindLocal {
+			l.local = l.known
+		}
+	}
+	if l.local >= 0 {
+		done = min(done, l.local)
+	}
+	if done == len(ix.Checkpoints) {
+		// The last span closed: its end is TarSize, which is set
+		// after the pass.
+		done--
+	}
+	if done <= 0 {
+		return 0
+	}
+	return int64(ix.Checkpoints[done].Out)
+}
+
+// partialLocked returns an index of the spans the pass has completed: its
+// checkpoints up to the one that ends the last of them, whose decoded
+// offset is its TarSize.
+func (l *Live) partialLocked() *Index {
+	ix := l.ix
+	p := &Index{Source: ix.Source, Codec: ix.Codec, Span: ix.Span, TarSize: ix.Source.Size}
+	if ix.Codec == CodecNone {
+		return p
+	}
+	end := l.coveredLocked()
+	k := sort.Search(len(ix.Checkpoints), func(i int) bool { return int64(ix.Checkpoints[i].Out) >= end })
+	p.Checkpoints = slices.Clone(ix.Checkpoints[:k+1])
+	p.Digests = slices.Clone(ix.Digests[:k])
+	p.TarSize = end
+	p.End = ix.Checkpoints[k].In + 1
+	return p
+}
+
+var _ io.Closer = (*Live)(nil)

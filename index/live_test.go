@@ -1,0 +1,368 @@
+package index
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pierrec/lz4/v4"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index/tarscan"
+)
+
+// gatedReader yields obj up to a limit that the test raises; a read at the
+// limit blocks until it rises, so a pass over it stops where the test says.
+type gatedReader struct {
+	obj   []byte
+	fail  error // returned at the limit instead of blocking, when set
+	mu    sync.Mutex
+	cond  *sync.Cond
+	off   int
+	limit int
+}
+
+func newGatedReader(obj []byte, limit int) *gatedReader {
+	g := &gatedReader{obj: obj, limit: limit}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.off >= g.limit && g.off < len(g.obj) {
+		if g.fail != nil {
+			return 0, g.fail
+		}
+		g.cond.Wait()
+	}
+	if g.off >= len(g.obj) {
+		return 0, io.EOF
+	}
+	n := copy(p, g.obj[g.off:g.limit])
+	g.off += n
+	return n, nil
+}
+
+func (g *gatedReader) allow(n int) {
+	g.mu.Lock()
+	g.limit = min(n, len(g.obj))
+	g.mu.Unlock()
+	g.cond.Broadcast()
+}
+
+// pass is an index pass running over a gated reader with a Live.
+type pass struct {
+	live *Live
+	gate *gatedReader
+	src  *memSource
+	done chan struct{}
+	ix   *Index
+	err  error
+}
+
+func startPass(t *testing.T, obj []byte, limit int, span int64) *pass {
+	t.Helper()
+	p := &pass{gate: newGatedReader(obj, limit), src: &memSource{data: obj}, done: make(chan struct{})}
+	p.live = NewLive(p.src, ReaderOptions{})
+	go func() {
+		defer close(p.done)
+		p.ix, p.err = Build(context.Background(), p.gate, fetch.Identity{Size: int64(len(obj)), ETag: `"x"`},
+			BuildOptions{Span: span, Live: p.live})
+	}()
+	t.Cleanup(func() {
+		p.gate.allow(len(obj))
+		<-p.done
+		p.live.Close()
+	})
+	return p
+}
+
+func (p *pass) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// finish lets the pass run to its end and serves the index it built.
+func (p *pass) finish(t *testing.T) *Reader {
+	t.Helper()
+	p.gate.allow(len(p.gate.obj))
+	<-p.done
+	if p.err != nil {
+		t.Fatalf("Build: %v", p.err)
+	}
+	r := NewReader(p.ix, p.src, ReaderOptions{})
+	t.Cleanup(func() { r.Close() })
+	p.live.Serve(r)
+	return r
+}
+
+// within runs f in a goroutine and returns a channel of its error.
+func within(f func() error) chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	return ch
+}
+
+// blocked asserts that nothing came on ch for a while: the call waits.
+func blocked(t *testing.T, ch chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s returned (%v) while the pass was held before it", what, err)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func returned(t *testing.T, ch chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s still waits after the pass ended", what)
+		return nil
+	}
+}
+
+func liveRead(t *testing.T, l *Live, path string, size int) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := RootID
+	for _, name := range bytes.Split([]byte(path), []byte("/")) {
+		if err := l.WaitName(ctx, id, string(name)); err != nil {
+			t.Fatalf("WaitName %s: %v", path, err)
+		}
+		var ok bool
+		if id, ok = l.Lookup(id, string(name)); !ok {
+			t.Fatalf("Lookup %s: not found", path)
+		}
+	}
+	buf := make([]byte, size+1)
+	n, err := l.ReadAt(ctx, id, buf, 0)
+	if err != nil && err != io.EOF {
+		t.Fatalf("ReadAt %s: %v", path, err)
+	}
+	return buf[:n]
+}
+
+func TestLiveServesDuringThePass(t *testing.T) {
+	early := randomData(1, 100<<10)
+	filler := randomData(2, 3<<20)
+	late := randomData(3, 100<<10)
+	raw := tarBytes(t, []member{
+		{name: "early/", typ: tar.TypeDir, mode: 0o755},
+		{name: "early/a.bin", data: early},
+		{name: "filler.bin", data: filler},
+		{name: "late.bin", data: late},
+	})
+	const span = 64 << 10
+	for _, c := range []struct {
+		name string
+		make func(t testing.TB, raw []byte) []byte
+	}{
+		{"tar", func(_ testing.TB, raw []byte) []byte { return raw }},
+		{"gzip", func(_ testing.TB, raw []byte) []byte { return gzipBytes(raw, 6) }},
+		{"zstd-frames", zstdFrames(256 << 10)},
+		{"lz4", lz4Go(lz4.BlockSizeOption(lz4.Block64Kb))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := c.make(t, raw)
+			// The pass may read the first third of the object: the
+			// early file and part of the filler.
+			p := startPass(t, obj, len(obj)/3, span)
+
+			if got := liveRead(t, p.live, "early/a.bin", len(early)); !bytes.Equal(got, early) {
+				t.Fatalf("early/a.bin during the pass: got %d bytes, want its %d", len(got), len(early))
+			}
+			if !p.running() {
+				t.Fatal("the pass ended before the gate opened")
+			}
+			if e := p.live.Entry(mustLive(t, p.live, "early")); e == nil || e.Type != TypeDir || e.Mode != 0o755 {
+				t.Fatalf("early/ during the pass: got %+v, want a directory of mode 755", e)
+			}
+
+			ctx := context.Background()
+			missing := within(func() error { return p.live.WaitName(ctx, RootID, "nope") })
+			listing := within(func() error { return p.live.WaitListing(ctx) })
+			lateName := within(func() error { return p.live.WaitName(ctx, RootID, "late.bin") })
+			fillerID := mustLive(t, p.live, "filler.bin")
+			tail := make([]byte, 1000)
+			tailRead := within(func() error {
+				_, err := p.live.ReadAt(ctx, fillerID, tail, int64(len(filler)-len(tail)))
+				return err
+			})
+			blocked(t, missing, "WaitName of a missing name")
+			blocked(t, listing, "WaitListing")
+			blocked(t, lateName, "WaitName of a name the pass has not reached")
+			if c.name != "tar" {
+				// An uncompressed archive is read where it lies:
+				// its data needs no pass.
+				blocked(t, tailRead, "a read of data ahead of the pass")
+			}
+
+			p.finish(t)
+			for what, ch := range map[string]chan error{"missing": missing, "listing": listing, "late": lateName, "tail": tailRead} {
+				if err := returned(t, ch, what); err != nil {
+					t.Fatalf("%s after the pass: %v", what, err)
+				}
+			}
+			if !bytes.Equal(tail, filler[len(filler)-len(tail):]) {
+				t.Fatal("the tail of filler.bin read while the pass ran differs")
+			}
+			if _, ok := p.live.Lookup(RootID, "nope"); ok {
+				t.Fatal("a missing name is found after the pass")
+			}
+			if got := liveRead(t, p.live, "late.bin", len(late)); !bytes.Equal(got, late) {
+				t.Fatal("late.bin after the pass differs")
+			}
+			var names []string
+			for _, d := range p.live.Children(RootID) {
+				names = append(names, d.Name)
+			}
+			if got, want := names, []string{"early", "filler.bin", "late.bin"}; !equalStrings(got, want) {
+				t.Fatalf("listing after the pass: got %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func mustLive(t *testing.T, l *Live, name string) EntryID {
+	t.Helper()
+	id, ok := l.Lookup(RootID, name)
+	if !ok {
+		t.Fatalf("Lookup %s: not found", name)
+	}
+	return id
+}
+
+// A member replaced by a later one keeps its id and its data for whoever
+// found it during the pass; the ids of the pass stay valid after Serve,
+// though the finished index numbers its entries otherwise.
+func TestLiveIDsAcrossServe(t *testing.T) {
+	v1, v2 := []byte("first version\n"), []byte("second version, longer\n")
+	raw := tarBytes(t, []member{
+		{name: "a/x", data: v1},
+		{name: "b", data: []byte("b\n")},
+		{name: "a/x", data: v2},
+		{name: "c", link: "b", typ: tar.TypeLink},
+	})
+	obj := gzipBytes(raw, 6)
+	live := NewLive(&memSource{data: obj}, ReaderOptions{})
+	defer live.Close()
+	var old EntryID
+	ix, err := Build(context.Background(), bytes.NewReader(obj), fetch.Identity{Size: int64(len(obj))}, BuildOptions{
+		Live: live,
+		OnMember: func(h *tarscan.Header, _ io.Reader) error {
+			if h.Name == "b" {
+				a := mustLive(t, live, "a")
+				var ok bool
+				if old, ok = live.Lookup(a, "x"); !ok {
+					t.Error("a/x not found after its member")
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]EntryID{}
+	for _, d := range live.Children(RootID) {
+		before[d.Name] = d.ID
+	}
+	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+	defer r.Close()
+	live.Serve(r)
+	if !live.Complete() {
+		t.Fatal("not Complete after Serve")
+	}
+	for _, d := range live.Children(RootID) {
+		if before[d.Name] != d.ID {
+			t.Fatalf("%s: id %d after Serve, %d before", d.Name, d.ID, before[d.Name])
+		}
+	}
+	a := mustLive(t, live, "a")
+	x, _ := live.Lookup(a, "x")
+	if x == old {
+		t.Fatal("a/x has the id of the replaced member")
+	}
+	if got := live.Path(x); got != "a/x" {
+		t.Fatalf("Path: got %q, want a/x", got)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		id   EntryID
+		want []byte
+	}{{old, v1}, {x, v2}} {
+		buf := make([]byte, 100)
+		n, err := live.ReadAt(ctx, c.id, buf, 0)
+		if err != io.EOF || !bytes.Equal(buf[:n], c.want) {
+			t.Fatalf("ReadAt %d: got %q, %v; want %q, EOF", c.id, buf[:n], err, c.want)
+		}
+	}
+	if e := live.Entry(mustLive(t, live, "b")); e == nil || e.Nlink != 2 {
+		t.Fatalf("b after Serve: got %+v, want 2 links", e)
+	}
+	if e := live.Entry(old); e == nil || e.Size != int64(len(v1)) {
+		t.Fatalf("the replaced a/x after Serve: got %+v", e)
+	}
+}
+
+// A pass that fails fails every call that waits for it, with the reason.
+func TestLivePassFails(t *testing.T) {
+	raw := tarBytes(t, []member{{name: "a", data: randomData(1, 1<<20)}, {name: "b", data: randomData(2, 1<<20)}})
+	obj := gzipBytes(raw, 6)
+	p := startPass(t, obj, len(obj)/4, 64<<10)
+	ctx := context.Background()
+	missing := within(func() error { return p.live.WaitName(ctx, RootID, "nope") })
+	blocked(t, missing, "WaitName")
+	p.gate.mu.Lock()
+	p.gate.fail = errors.New("connection reset")
+	p.gate.mu.Unlock()
+	p.gate.cond.Broadcast()
+	err := returned(t, missing, "WaitName")
+	if !errors.Is(err, ErrPassFailed) {
+		t.Fatalf("WaitName after the pass failed: got %v, want ErrPassFailed", err)
+	}
+	id := mustLive(t, p.live, "a")
+	if _, err := p.live.ReadAt(ctx, id, make([]byte, 10), 1<<20-10); !errors.Is(err, ErrPassFailed) {
+		t.Fatalf("ReadAt after the pass failed: got %v, want ErrPassFailed", err)
+	}
+}
+
+// A cancelled wait returns the context's error.
+func TestLiveWaitCancelled(t *testing.T) {
+	obj := gzipBytes(tarBytes(t, []member{{name: "a", data: randomData(1, 1<<20)}}), 6)
+	p := startPass(t, obj, 100, 64<<10)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := within(func() error { return p.live.WaitListing(ctx) })
+	blocked(t, ch, "WaitListing")
+	cancel()
+	if err := returned(t, ch, "WaitListing"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
