@@ -47,6 +47,28 @@ type Archive interface {
 	Len() int
 }
 
+// Growing is implemented by an Archive whose index is still being built:
+// index.Live, a mount served during its first index pass. Until Complete,
+// Lookup waits for names the archive does not know yet (a missing name is
+// only answered once the pass has ended), a directory's listing waits for
+// the whole index (tar order is arbitrary: no directory is known complete
+// before), and the kernel caches no entry or attribute, which a later
+// member may still change.
+type Growing interface {
+	// Complete reports whether the archive's answers are final.
+	Complete() bool
+	// WaitName returns once name in directory dir is known or the index
+	// is complete, or with an error (the pass failed, ctx ended).
+	WaitName(ctx context.Context, dir index.EntryID, name string) error
+	// WaitListing returns once the index is complete, or with an error.
+	WaitListing(ctx context.Context) error
+}
+
+// growingTimeout is the entry and attribute cache time while a Growing
+// archive is not complete: the kernel asks again at the next use. (Zero
+// would mean go-fuse's default, the mount's long timeout.)
+const growingTimeout = time.Nanosecond
+
 // Options configure a mount. The zero value is usable.
 type Options struct {
 	// Logger receives errors (once per entry), lifecycle messages and,
@@ -84,6 +106,9 @@ type Options struct {
 	// retained and must be at most 64 KiB, the most an xattr value can
 	// be. The attribute is not listed by listxattr.
 	Status func() []byte
+	// PartialListings lists, while a Growing archive is not complete,
+	// the names known so far instead of waiting for the whole index.
+	PartialListings bool
 }
 
 // StatusXattr is the extended attribute of a mount's root whose value is
@@ -129,12 +154,25 @@ type tree struct {
 	uid     *uint32
 	gid     *uint32
 	timeout time.Duration
+	grow    Growing // nil unless the archive is Growing
+	partial bool    // Options.PartialListings
 
 	statfsOnce   sync.Once
 	statfsBlocks uint64 // set by statfsOnce
 
 	mu     sync.Mutex
 	logged map[index.EntryID]struct{} // guarded by mu: entries with an error logged at Error level
+}
+
+// growing reports whether the archive is Growing and not yet complete.
+func (t *tree) growing() bool { return t.grow != nil && !t.grow.Complete() }
+
+// cacheTime is how long the kernel may keep entries and attributes now.
+func (t *tree) cacheTime() time.Duration {
+	if t.growing() {
+		return growingTimeout
+	}
+	return t.timeout
 }
 
 // withDefaults fills in the defaults documented on Options.
@@ -159,7 +197,11 @@ func newTree(a Archive, opts Options) *tree {
 		status:  opts.Status,
 		log:     opts.Logger,
 		timeout: opts.Timeout,
+		partial: opts.PartialListings,
 		logged:  make(map[index.EntryID]struct{}),
+	}
+	if g, ok := a.(Growing); ok && !g.Complete() {
+		t.grow = g
 	}
 	if opts.UID != nil {
 		uid := *opts.UID

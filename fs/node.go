@@ -163,7 +163,7 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		return errno
 	}
 	n.t.fillAttr(n.id, e, &out.Attr)
-	out.SetTimeout(n.t.timeout)
+	out.SetTimeout(n.t.cacheTime())
 	return 0
 }
 
@@ -228,24 +228,33 @@ var _ fusefs.NodeStatfser = (*node)(nil)
 // entries, Blocks the 4 KiB blocks of all regular files.
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	t := n.t
-	t.statfsOnce.Do(func() {
-		var blocks uint64
-		for i := range t.a.Len() {
-			e := t.a.Entry(index.EntryID(i))
-			if e != nil && e.Type == index.TypeReg && e.Size > 0 {
-				blocks += (uint64(e.Size) + statfsBlockSizeBytes - 1) / statfsBlockSizeBytes
-			}
-		}
-		t.statfsBlocks = max(blocks, 1)
-	})
+	var blocks uint64
+	if t.growing() {
+		blocks = t.countBlocks() // not final: counted again next time
+	} else {
+		t.statfsOnce.Do(func() { t.statfsBlocks = t.countBlocks() })
+		blocks = t.statfsBlocks
+	}
 	*out = fuse.StatfsOut{
-		Blocks:  t.statfsBlocks,
+		Blocks:  blocks,
 		Files:   uint64(t.a.Len()),
 		Bsize:   statfsBlockSizeBytes,
 		Frsize:  statfsBlockSizeBytes,
 		NameLen: 255,
 	}
 	return 0
+}
+
+// countBlocks counts the 4 KiB blocks of all regular files (at least 1).
+func (t *tree) countBlocks() uint64 {
+	var blocks uint64
+	for i := range t.a.Len() {
+		e := t.a.Entry(index.EntryID(i))
+		if e != nil && e.Type == index.TypeReg && e.Size > 0 {
+			blocks += (uint64(e.Size) + statfsBlockSizeBytes - 1) / statfsBlockSizeBytes
+		}
+	}
+	return max(blocks, 1)
 }
 
 // Metadata writes. The "ro" mount option makes the kernel refuse them before
@@ -274,8 +283,15 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 var _ fusefs.NodeLookuper = (*dirNode)(nil)
 
 // Lookup finds name in the directory and returns its inode, made on first
-// use; hard links resolve to the inode already known for their id.
+// use; hard links resolve to the inode already known for their id. In a
+// Growing archive it first waits until the name is known or the index
+// complete.
 func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	if n.t.growing() {
+		if err := n.t.grow.WaitName(ctx, n.id, name); err != nil {
+			return nil, n.t.fail("lookup", n.id, 0, err)
+		}
+	}
 	id, ok := n.t.a.Lookup(n.id, name)
 	if !ok {
 		return nil, syscall.ENOENT
@@ -295,8 +311,9 @@ func (n *dirNode) child(ctx context.Context, id index.EntryID, out *fuse.EntryOu
 		return nil, n.t.fail("lookup", id, 0, fmt.Errorf("entry %d in directory %d: %w", id, n.id, errLoop))
 	}
 	n.t.fillAttr(id, e, &out.Attr)
-	out.SetEntryTimeout(n.t.timeout)
-	out.SetAttrTimeout(n.t.timeout)
+	timeout := n.t.cacheTime()
+	out.SetEntryTimeout(timeout)
+	out.SetAttrTimeout(timeout)
 	return n.NewInode(ctx, newNode(n.t, id, e), stableAttr(id, e)), 0
 }
 
@@ -304,15 +321,37 @@ var _ fusefs.NodeReaddirer = (*dirNode)(nil)
 
 // Readdir lists ".", ".." and the directory's children in name order.
 func (n *dirNode) Readdir(ctx context.Context) (fusefs.DirStream, syscall.Errno) {
+	if errno := n.waitListing(ctx); errno != 0 {
+		return nil, errno
+	}
 	return n.newDirStream(), 0
 }
 
 var _ fusefs.NodeOpendirHandler = (*dirNode)(nil)
 
 // OpendirHandle opens the directory with FOPEN_CACHE_DIR: the kernel keeps
-// the listing, which never changes.
+// the listing, which never changes. A partial listing of a Growing archive
+// is not kept.
 func (n *dirNode) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.waitListing(ctx); errno != 0 {
+		return nil, 0, errno
+	}
+	if n.t.growing() {
+		return n.newDirStream(), 0, 0
+	}
 	return n.newDirStream(), fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// waitListing waits, in a Growing archive, until the listing of the
+// directory is complete, unless partial listings were asked for.
+func (n *dirNode) waitListing(ctx context.Context) syscall.Errno {
+	if !n.t.growing() || n.t.partial {
+		return 0
+	}
+	if err := n.t.grow.WaitListing(ctx); err != nil {
+		return n.t.fail("readdir", n.id, 0, err)
+	}
+	return 0
 }
 
 var _ fusefs.NodeCreater = (*dirNode)(nil)
