@@ -315,7 +315,15 @@ func (l *Live) Entry(id EntryID) *Entry {
 		}
 		return e
 	}
-	if l.b == nil || int(id) >= len(l.b.entries) {
+	if l.b == nil {
+		if id != RootID {
+			return nil
+		}
+		// Before the pass has read its first header: the root as
+		// newBuilder makes it.
+		return &Entry{Type: TypeDir, Mode: 0o755, Nlink: 2}
+	}
+	if int(id) >= len(l.b.entries) {
 		return nil
 	}
 	e := l.b.entries[id].Entry
