@@ -44,9 +44,38 @@ type archive struct {
 	// indexFrom says where ix came from: indexFromFile, indexFromCache,
 	// indexFromEmbedded or indexFromBuilt.
 	indexFrom string
+
+	// A mount made before its index (openArchiveLive): live serves it
+	// while the pass runs in the background. ix, reader, local and
+	// indexFrom are set by the pass, and may be read only once passDone
+	// is closed (indexed says so). passErr is why the pass failed.
+	live       *index.Live
+	passDone   chan struct{}
+	cancelPass context.CancelFunc
+	passErr    error
+}
+
+// indexed reports whether a.ix and a.reader may be used: the index was
+// there at open, or the pass that builds it has ended (with a.ix nil if
+// it failed).
+func (a *archive) indexed() bool {
+	if a.passDone == nil {
+		return true
+	}
+	select {
+	case <-a.passDone:
+		return true
+	default:
+		return false
+	}
 }
 
 func (a *archive) Close(log *slog.Logger) {
+	if a.passDone != nil {
+		a.cancelPass()
+		<-a.passDone
+		a.live.Close()
+	}
 	st := a.blocks.Stats()
 	log.Debug("block cache totals", "requests", st.Requests, "bytes", st.BytesFetched, "in_flight", st.InFlight,
 		"hits", st.CacheHits, "misses", st.CacheMisses, "evictions", st.Evictions,
@@ -86,28 +115,81 @@ func cachePath(dir, url string, id fetch.Identity) string {
 // one in the cache directory, else it builds one in a single streamed pass
 // and saves it.
 func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (*archive, error) {
+	a, cached, err := findArchiveIndex(ctx, url, c, log, rebuild)
+	if err != nil {
+		return nil, err
+	}
+	if a.ix == nil {
+		if err := a.build(ctx, c, log, cached, nil); err != nil {
+			a.Close(log)
+			return nil, err
+		}
+	}
+	a.openReader(c, log, localCopyPath(c.cacheDir, cached))
+	return a, nil
+}
+
+// openArchiveLive is openArchive for a mount: when there is no index yet,
+// it returns at once with the index pass running in the background and
+// a.live serving what the pass has seen (index.Live); the pass then saves
+// the index and makes a.reader as openArchive would, and a.live serves
+// through it.
+func openArchiveLive(ctx context.Context, url string, c *config, log *slog.Logger) (*archive, error) {
+	a, cached, err := findArchiveIndex(ctx, url, c, log, false)
+	if err != nil {
+		return nil, err
+	}
+	if a.ix != nil {
+		a.openReader(c, log, localCopyPath(c.cacheDir, cached))
+		return a, nil
+	}
+	// Reads during the pass fetch exact ranges: the blocks the pass
+	// brought in serve most of them.
+	a.live = index.NewLive(a.blocks.Ranges(), index.ReaderOptions{CacheBytes: c.cacheMem / 2, Logger: log})
+	ctx, a.cancelPass = context.WithCancel(ctx)
+	a.passDone = make(chan struct{})
+	go func() {
+		defer close(a.passDone)
+		if err := a.build(ctx, c, log, cached, a.live); err != nil {
+			a.passErr = err
+			a.live.Fail(err)
+			if ctx.Err() == nil {
+				log.Error("index pass failed: reads that need it fail", "src", a.src.String(), "err", err)
+			}
+			return
+		}
+		a.openReader(c, log, localCopyPath(c.cacheDir, cached))
+		a.live.Serve(a.reader)
+	}()
+	return a, nil
+}
+
+// findArchiveIndex opens url and looks for its index (see openArchive):
+// a.ix is nil when there is none. cached is where the index of this
+// version of the archive is saved.
+func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (a *archive, cached string, err error) {
 	disk := openDiskCache(c, log)
 	src, err := openSource(ctx, url, c, disk, log)
 	if err != nil {
 		if disk != nil {
 			disk.Close()
 		}
-		return nil, err
+		return nil, "", err
 	}
-	a := &archive{src: src, disk: disk, probe: &countingSource{Source: src}}
+	a = &archive{src: src, disk: disk, probe: &countingSource{Source: src}}
 	a.blocks = fetch.NewBlocks(src, fetch.BlocksOptions{BlockSize: c.blockSize, Workers: c.workers, CacheBytes: c.cacheMem / 2, Logger: log, Disk: a.disk})
 	id := src.Identity()
-	cached := cachePath(c.cacheDir, src.String(), id)
+	cached = cachePath(c.cacheDir, src.String(), id)
 	switch {
 	case c.indexFile != "":
 		ix, err := loadIndex(c.indexFile)
 		if err != nil {
 			a.Close(log)
-			return nil, err
+			return nil, "", err
 		}
 		if !sameIdentity(ix.Source, id) {
 			a.Close(log)
-			return nil, fmt.Errorf("%w: %s was built for %s, the source is now %s",
+			return nil, "", fmt.Errorf("%w: %s was built for %s, the source is now %s",
 				index.ErrIdentity, c.indexFile, ix.Source, id)
 		}
 		a.ix, a.indexFrom = ix, indexFromFile
@@ -140,26 +222,36 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 			a.ix = nil
 		}
 	}
-	if a.ix == nil {
-		lw := &localWriter{path: localPath, limit: c.cacheDecoded, log: log}
-		a.ix, err = buildIndex(ctx, a, c, log, lw)
-		a.indexFrom = indexFromBuilt
-		if err == nil && a.ix.StreamOnly() {
-			if err = lw.commit(a.ix.TarSize); err == nil {
-				if a.local = openLocalCopy(localPath, a.ix.TarSize); a.local == nil {
-					err = fmt.Errorf("decoded copy %s vanished", localPath)
-				}
-			}
+	return a, cached, nil
+}
+
+// build runs the index pass (publishing to live, when not nil), keeps the
+// decoded copy of a stream-only archive, and saves the index at cached.
+func (a *archive) build(ctx context.Context, c *config, log *slog.Logger, cached string, live *index.Live) error {
+	localPath := localCopyPath(c.cacheDir, cached)
+	lw := &localWriter{path: localPath, limit: c.cacheDecoded, log: log}
+	defer lw.discard()
+	ix, err := buildIndex(ctx, a, c, log, lw, live)
+	if err != nil {
+		return err
+	}
+	if ix.StreamOnly() {
+		if err := lw.commit(ix.TarSize); err != nil {
+			return err
 		}
-		lw.discard()
-		if err != nil {
-			a.Close(log)
-			return nil, err
-		}
-		if err := a.ix.Save(cached); err != nil {
-			log.Warn("could not save index", "path", cached, "err", err)
+		if a.local = openLocalCopy(localPath, ix.TarSize); a.local == nil {
+			return fmt.Errorf("decoded copy %s vanished", localPath)
 		}
 	}
+	a.ix, a.indexFrom = ix, indexFromBuilt
+	if err := ix.Save(cached); err != nil {
+		log.Warn("could not save index", "path", cached, "err", err)
+	}
+	return nil
+}
+
+// openReader makes a.reader, which reads a.ix's entries.
+func (a *archive) openReader(c *config, log *slog.Logger, localPath string) {
 	if a.ix.StreamOnly() {
 		log.Warn("stream-only archive: "+streamOnlyReason(a.ix.Codec)+"; reads are served from its decoded copy on disk. "+
 			"For random access from the archive itself, make a seekable one: tarmount pack URL -o OUT.tar.zst",
@@ -190,7 +282,6 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 		}
 	}
 	a.reader = index.NewReader(a.ix, rs, ropts)
-	return a, nil
 }
 
 // openDiskCache opens the cache on disk of fetched blocks and of whole
@@ -214,7 +305,7 @@ func sameIdentity(a, b fetch.Identity) bool {
 	return a.Size == b.Size && a.ETag == b.ETag && a.VersionID == b.VersionID && a.LastModified.Equal(b.LastModified)
 }
 
-func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger, local *localWriter) (*index.Index, error) {
+func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger, local *localWriter, live *index.Live) (*index.Index, error) {
 	start := time.Now()
 	size := a.src.Identity().Size
 	log.Info("indexing", "src", a.src.String(), "size", size)
@@ -225,6 +316,7 @@ func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger, lo
 		Span:   c.span,
 		Logger: log,
 		Local:  local,
+		Live:   live,
 		OnProgress: func(consumed int64) {
 			if now := time.Now(); now.Sub(last) >= 2*time.Second {
 				last = now
@@ -277,16 +369,25 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	// that the whole process stays within cache-mem plus about 80 MiB.
 	debug.SetMemoryLimit(c.cacheMem + memoryReserve)
 	start := time.Now()
-	a, err := openArchive(ctx, url, c, log, false)
+	var a *archive
+	var err error
+	if c.mat.dir == "" && !c.waitIndex {
+		a, err = openArchiveLive(ctx, url, c, log)
+	} else {
+		a, err = openArchive(ctx, url, c, log, false)
+	}
 	if err != nil {
 		return err
 	}
 	defer a.Close(log)
 	fsOpts := tfs.Options{
 		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: c.allowOther, Debug: c.debugFUSE,
-		UID: c.uid, GID: c.gid,
+		UID: c.uid, GID: c.gid, PartialListings: c.partialListings,
 	}
 	var archive tfs.Archive = a.reader
+	if a.live != nil {
+		archive = a.live
+	}
 	var bg *background
 	if c.mat.dir != "" {
 		bg, err = startMaterialize(ctx, a, c, log)
@@ -319,8 +420,13 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	if bg != nil {
 		bg.run()
 	}
-	log.Info("ready", "path", mountpoint, "entries", a.ix.Len(), "elapsed", time.Since(start).Round(time.Millisecond))
-	ready.ready(fmt.Sprintf("serving %d entries of %s", a.ix.Len(), a.src))
+	if a.live != nil {
+		log.Info("ready", "path", mountpoint, "indexing", true, "elapsed", time.Since(start).Round(time.Millisecond))
+		ready.ready(fmt.Sprintf("serving %s while indexing it", a.src))
+	} else {
+		log.Info("ready", "path", mountpoint, "entries", a.ix.Len(), "elapsed", time.Since(start).Round(time.Millisecond))
+		ready.ready(fmt.Sprintf("serving %d entries of %s", a.ix.Len(), a.src))
+	}
 	done := make(chan struct{})
 	go func() {
 		server.Wait()

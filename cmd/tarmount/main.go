@@ -113,6 +113,8 @@ type config struct {
 	metricsAddr string
 	// Mount options from -o (allowOther also from --allow-other).
 	allowOther, debugFUSE bool
+	partialListings       bool
+	waitIndex             bool
 	// uid and gid, when set, own every entry of the mount.
 	uid, gid    *uint32
 	showVersion bool
@@ -194,6 +196,8 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.Func("gid", "mount: report every entry as owned by this numeric `gid` (default: the groups in the archive)", func(s string) error {
 		return parseID(s, &c.gid)
 	})
+	fs.BoolVar(&c.waitIndex, "wait-index", false, "mount: without a saved index, report the mount ready only once the index pass has ended (default: serve the tree while the pass runs)")
+	fs.BoolVar(&c.partialListings, "partial-listings", false, "mount: while the first index pass runs, list the names seen so far instead of waiting for complete listings")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		printHelp(stderr, strings.TrimPrefix(name, "tarmount "))

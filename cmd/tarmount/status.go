@@ -12,6 +12,7 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	tfs "github.com/tarmount/tarmount/fs"
+	"github.com/tarmount/tarmount/index"
 )
 
 // tarmount status MNT asks the server of a mount how it is doing. The
@@ -30,6 +31,7 @@ const (
 	indexFromCache    = "cache"    // saved in the cache directory by an earlier run
 	indexFromEmbedded = "embedded" // in the archive (tarmount pack)
 	indexFromBuilt    = "built"    // by the index pass of this mount
+	indexBuilding     = "building" // by the index pass of this mount, still running (or failed: Index.Error)
 )
 
 // mountStatus is what `tarmount status --json` prints. Its field names
@@ -49,10 +51,11 @@ type mountStatus struct {
 		Codec        string    `json:"codec"`
 	} `json:"archive"`
 	Index struct {
-		Source      string `json:"source"` // file, cache, embedded or built
-		Entries     int    `json:"entries"`
+		Source      string `json:"source"`  // file, cache, embedded, built or building
+		Entries     int    `json:"entries"` // so far, while building
 		Checkpoints int    `json:"checkpoints"`
 		StreamOnly  bool   `json:"stream_only"`
+		Error       string `json:"error,omitempty"` // why the index pass failed
 	} `json:"index"`
 	Fetch struct {
 		Requests      int64 `json:"requests"`
@@ -117,9 +120,19 @@ func (s *statusSource) status() *mountStatus {
 	if !id.LastModified.IsZero() {
 		st.Archive.LastModified = id.LastModified.UTC()
 	}
-	st.Archive.Codec = a.ix.Codec.String()
-	st.Index.Source, st.Index.Entries = a.indexFrom, a.ix.Len()
-	st.Index.Checkpoints, st.Index.StreamOnly = len(a.ix.Checkpoints), a.ix.StreamOnly()
+	var rs index.ReaderStats
+	switch {
+	case !a.indexed() || a.ix == nil:
+		st.Index.Source, st.Index.Entries = indexBuilding, a.live.Len()
+		if a.indexed() {
+			st.Index.Error = a.passErr.Error()
+		}
+	default:
+		st.Archive.Codec = a.ix.Codec.String()
+		st.Index.Source, st.Index.Entries = a.indexFrom, a.ix.Len()
+		st.Index.Checkpoints, st.Index.StreamOnly = len(a.ix.Checkpoints), a.ix.StreamOnly()
+		rs = a.reader.Stats()
+	}
 
 	bs := a.blocks.Stats()
 	st.Fetch.Requests = bs.Requests + a.probe.requests.Load()
@@ -129,7 +142,6 @@ func (s *statusSource) status() *mountStatus {
 		r := rs.RetryStats()
 		st.Fetch.Retries, st.Fetch.Resumes, st.Fetch.Stalls, st.Fetch.Timeouts = r.Retries, r.Resumes, r.Stalls, r.Timeouts
 	}
-	rs := a.reader.Stats()
 	st.Cache.MemoryBytes = bs.CachedBytes + rs.CachedBytes
 	st.Cache.MemoryLimitBytes = s.c.cacheMem
 	st.Cache.BlockHits, st.Cache.BlockMisses = bs.CacheHits, bs.CacheMisses
@@ -221,6 +233,7 @@ var indexSourceText = map[string]string{
 	indexFromCache:    "loaded from the cache",
 	indexFromEmbedded: "embedded in the archive",
 	indexFromBuilt:    "built by this mount",
+	indexBuilding:     "being built by this mount",
 }
 
 func printStatus(w io.Writer, st *mountStatus) {
@@ -235,7 +248,14 @@ func printStatus(w io.Writer, st *mountStatus) {
 		etag = ", ETag " + st.Archive.ETag
 	}
 	line("archive", "%s%s, %s", mb(st.Archive.Size), etag, st.Archive.Codec)
-	line("index", "%s, %d entries, %d checkpoints", indexSourceText[st.Index.Source], st.Index.Entries, st.Index.Checkpoints)
+	switch {
+	case st.Index.Error != "":
+		line("index", "pass failed after %d entries: %s", st.Index.Entries, st.Index.Error)
+	case st.Index.Source == indexBuilding:
+		line("index", "%s, %d entries so far", indexSourceText[st.Index.Source], st.Index.Entries)
+	default:
+		line("index", "%s, %d entries, %d checkpoints", indexSourceText[st.Index.Source], st.Index.Entries, st.Index.Checkpoints)
+	}
 	f := st.Fetch
 	line("fetched", "%s in %d requests (%s in flight), %d retries", mb(f.Bytes), f.Requests, mb(f.InFlightBytes), f.Retries)
 	c := st.Cache

@@ -1,0 +1,326 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/tests/treecmp"
+)
+
+// heldServer serves a directory, holding every range request that starts
+// at or after a limit until the limit rises past it (or the client goes
+// away): an index pass over it stops there, for as long as the test says.
+type heldServer struct {
+	h       http.Handler
+	mu      sync.Mutex
+	cond    *sync.Cond
+	limit   int64
+	waiting atomic.Int32 // requests held now
+}
+
+func newHeldServer(t *testing.T, dir string, limit int64) (*heldServer, string) {
+	s := &heldServer{h: shaped.NewHandler(dir, shaped.Options{}), limit: limit}
+	s.cond = sync.NewCond(&s.mu)
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() {
+		s.setLimit(1 << 62)
+		srv.Close()
+	})
+	return s, srv.URL
+}
+
+func (s *heldServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if start, ok := rangeStart(r.Header.Get("Range")); ok {
+		// Wake the waiters when the client goes away.
+		stop := context.AfterFunc(r.Context(), func() {
+			s.mu.Lock()
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		})
+		s.mu.Lock()
+		for start >= s.limit && r.Context().Err() == nil {
+			s.waiting.Add(1)
+			s.cond.Wait()
+			s.waiting.Add(-1)
+		}
+		s.mu.Unlock()
+		stop()
+	}
+	s.h.ServeHTTP(w, r)
+}
+
+func (s *heldServer) setLimit(n int64) {
+	s.mu.Lock()
+	s.limit = n
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+func (s *heldServer) released(size int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit >= size
+}
+
+// rangeStart parses the first offset of "bytes=START-[END]".
+func rangeStart(h string) (int64, bool) {
+	rest, ok := strings.CutPrefix(h, "bytes=")
+	if !ok {
+		return 0, false
+	}
+	first, _, _ := strings.Cut(rest, "-")
+	n, err := strconv.ParseInt(first, 10, 64)
+	return n, err == nil
+}
+
+// progressiveFixture is a corpus tree with a large file last in the
+// archive, as a GNU tar .tar.gz (sorted by name), its tar -x extraction,
+// and a held server of it.
+type progressiveFixture struct {
+	src, ref, archive string
+	size              int64
+	url               string
+	server            *heldServer
+}
+
+const progressiveLate = "zz-late/filler.txt"
+
+func newProgressiveFixture(t *testing.T, limit float64) *progressiveFixture {
+	t.Helper()
+	work := t.TempDir()
+	f := &progressiveFixture{src: filepath.Join(work, "src"), ref: filepath.Join(work, "ref")}
+	corpus.MakeTree(t, f.src, corpus.TreeOptions{Many: 300})
+	// 24 MiB of text from a small alphabet: about 13 MiB compressed, the
+	// larger part of the archive, after everything else.
+	late := make([]byte, 24<<20)
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range late {
+		late[i] = "abcdefghijklmnopqrstuvwxyz \n0123"[r.IntN(32)]
+	}
+	if err := os.MkdirAll(filepath.Join(f.src, filepath.Dir(progressiveLate)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.src, progressiveLate), late, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	served := filepath.Join(work, "served")
+	for _, d := range []string{served, f.ref} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.archive = filepath.Join(served, "a.tar.gz")
+	corpus.Archive(t, f.src, f.archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	corpus.Extract(t, f.archive, f.ref)
+	st, err := os.Stat(f.archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.size = st.Size()
+	var base string
+	f.server, base = newHeldServer(t, served, int64(limit*float64(f.size)))
+	f.url = base + "/a.tar.gz"
+	return f
+}
+
+// progressiveArgs make blocks and spans small, so that the pass stops
+// close to the server's limit and the early files have their spans.
+func progressiveArgs(t *testing.T) []string {
+	return []string{"--cache-dir", filepath.Join(t.TempDir(), "cache"), "--cache-disk", "0",
+		"--block-size", "262144", "--span", "1048576"}
+}
+
+// TestProgressiveMount mounts a .tar.gz with no index over a server that
+// holds the pass at 60% of the archive. While it is held: the mount is
+// ready, a file near the start reads right, and a lookup of a missing
+// name, a listing, and a lookup of a file beyond the pass all wait. Once
+// the server lets the pass go on, they return: ENOENT for the missing
+// name only then, the complete listing, the late file's bytes.
+func TestProgressiveMount(t *testing.T) {
+	needFUSE(t)
+	f := newProgressiveFixture(t, 0.6)
+	m := mount(t, f.url, progressiveArgs(t)...)
+	if !strings.Contains(m.stderr.String(), "indexing=true") {
+		t.Fatalf("the mount was not ready before its index:\n%s", m.stderr)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for f.server.waiting.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pass never reached the held part of the archive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var mu sync.Mutex
+	var events []string
+	event := func(s string) {
+		mu.Lock()
+		events = append(events, s)
+		mu.Unlock()
+	}
+	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
+	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
+	}
+	event("early file read")
+
+	missing := make(chan error, 1)
+	go func() {
+		_, err := os.Lstat(filepath.Join(m.dir, "no-such-file"))
+		event("missing name answered")
+		missing <- err
+	}()
+	listing := make(chan []string, 1)
+	go func() {
+		ents, err := os.ReadDir(m.dir)
+		event("listing answered")
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if err != nil {
+			names = append(names, "error: "+err.Error())
+		}
+		listing <- names
+	}()
+	late := make(chan []byte, 1)
+	go func() {
+		data, err := os.ReadFile(filepath.Join(m.dir, progressiveLate))
+		event("late file read")
+		if err != nil {
+			data = []byte("error: " + err.Error())
+		}
+		late <- data
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if strings.Contains(m.stderr.String(), "msg=indexed") {
+		t.Fatal("the pass ended while the server held it")
+	}
+	event("pass released")
+	f.server.setLimit(1 << 62)
+
+	if err := <-missing; !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing name after the pass: got %v, want ENOENT", err)
+	}
+	ents, _ := os.ReadDir(f.ref)
+	var wantNames []string
+	for _, e := range ents {
+		wantNames = append(wantNames, e.Name())
+	}
+	if got := <-listing; !slices.Equal(got, wantNames) {
+		t.Errorf("listing during the pass: got %v, want %v", got, wantNames)
+	}
+	wantLate, _ := os.ReadFile(filepath.Join(f.src, progressiveLate))
+	if got := <-late; !bytes.Equal(got, wantLate) {
+		t.Errorf("late file: got %d bytes (%.40q), want its %d", len(got), got, len(wantLate))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if events[0] != "early file read" || events[1] != "pass released" {
+		t.Errorf("events: got %v; want the early read, then the release, then the rest", events)
+	}
+	// The index the pass saved serves a remount.
+	waitLog(t, m, "msg=indexed")
+}
+
+// TestProgressiveMountMatchesTarExtract reads the whole tree through a
+// mount while its index pass is still running, as the server lets the pass
+// through a tenth of the archive at a time: every file's bytes and every
+// entry's type, mode, owner, size, mtime and link target must be what
+// tar -x made. Then, the pass done, the full comparison (listings, link
+// counts, xattrs) must pass too.
+func TestProgressiveMountMatchesTarExtract(t *testing.T) {
+	needFUSE(t)
+	f := newProgressiveFixture(t, 0.1)
+	m := mount(t, f.url, progressiveArgs(t)...)
+	stop := make(chan struct{})
+	stepped := make(chan struct{})
+	go func() {
+		defer close(stepped)
+		for k := 2; k <= 10; k++ {
+			select {
+			case <-stop:
+			case <-time.After(200 * time.Millisecond):
+			}
+			f.server.setLimit(int64(k) * f.size / 10)
+		}
+		f.server.setLimit(1 << 62)
+	}()
+	defer func() {
+		close(stop)
+		<-stepped
+	}()
+
+	var during, checked int
+	err := filepath.WalkDir(f.ref, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(f.ref, p)
+		if rel == "." {
+			return nil
+		}
+		wantSt, gotSt := new(syscall.Stat_t), new(syscall.Stat_t)
+		if err := syscall.Lstat(p, wantSt); err != nil {
+			return err
+		}
+		mp := filepath.Join(m.dir, rel)
+		if err := syscall.Lstat(mp, gotSt); err != nil {
+			t.Errorf("%s: lstat through the mount: %v", rel, err)
+			return nil
+		}
+		if gotSt.Mode != wantSt.Mode || gotSt.Uid != wantSt.Uid || gotSt.Gid != wantSt.Gid ||
+			(wantSt.Mode&syscall.S_IFMT != syscall.S_IFDIR && gotSt.Size != wantSt.Size) || gotSt.Mtim != wantSt.Mtim {
+			t.Errorf("%s: got mode %o uid %d gid %d size %d mtime %v; want %o %d %d %d %v", rel,
+				gotSt.Mode, gotSt.Uid, gotSt.Gid, gotSt.Size, gotSt.Mtim, wantSt.Mode, wantSt.Uid, wantSt.Gid, wantSt.Size, wantSt.Mtim)
+		}
+		switch wantSt.Mode & syscall.S_IFMT {
+		case syscall.S_IFREG:
+			want, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			got, err := os.ReadFile(mp)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s: got %d bytes (%v), want the %d tar -x wrote", rel, len(got), err, len(want))
+			}
+		case syscall.S_IFLNK:
+			want, _ := os.Readlink(p)
+			if got, err := os.Readlink(mp); got != want {
+				t.Errorf("%s: link to %q (%v), want %q", rel, got, err, want)
+			}
+		}
+		checked++
+		if !f.server.released(f.size) {
+			during++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d entries checked, %d of them while the pass was held back", checked, during)
+	if during == 0 {
+		t.Error("no entry was checked while the pass was held back")
+	}
+	waitLog(t, m, "msg=indexed")
+	treecmp.Compare(t, f.ref, m.dir, treecmp.Options{MaxErrors: 20})
+}
