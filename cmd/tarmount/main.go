@@ -26,7 +26,8 @@ import (
 )
 
 const usage = `Usage:
-  tarmount [flags] URL MOUNTPOINT    mount the archive read-only (foreground; Ctrl-C unmounts)
+  tarmount [flags] URL MOUNTPOINT    mount the archive read-only (foreground; Ctrl-C unmounts);
+                                     without an index, ready at once, serving while it indexes
   tarmount index [flags] URL         build and save the index of the archive
   tarmount extract [flags] URL DIR   write the whole tree to DIR, fast (resumes if interrupted)
   tarmount unmount MOUNTPOINT        unmount (lazily when busy; clears a dead mount)
