@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tarmount/tarmount/index/tarscan"
 )
@@ -42,19 +43,34 @@ type Live struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	b       *builder           // the pass's entries and names; nil before the pass starts
-	ix      *Index             // the pass's index: Checkpoints and Digests grow under mu
-	known   int                // checkpoints checked for kindLocal so far
-	local   int                // the first span that only a local copy serves (-1: none yet)
-	changed chan struct{}      // closed at the next change; nil when nobody waits
-	snap    *liveSnap          // reader over the spans complete when it was made
-	built   bool               // the pass ended: every name is known
-	fwd     []EntryID          // pass id -> id in the finished index (noEntry: dropped); nil: same ids
-	inv     []EntryID          // id in the finished index -> pass id; nil: same ids
-	dead    map[EntryID]bentry // entries the finished index leaves out
-	final   *Reader            // set by Serve
-	err     error              // why the pass failed
+	b       *builder      // the pass's entries and names; nil before the pass starts
+	ix      *Index        // the pass's index: Checkpoints and Digests grow under mu
+	known   int           // checkpoints checked for kindLocal so far
+	local   int           // the first span that only a local copy serves (-1: none yet)
+	changed chan struct{} // closed at the next change; nil when nobody waits
+	snap    *liveSnap     // reader over the spans complete when it was made
+	built   bool          // the pass ended: every name is known
+	ids     liveIDs       // set when built
+	err     error         // why the pass failed
 	closed  bool
+
+	// served is set by Serve, under mu; once set, every call reads it
+	// without taking mu.
+	served atomic.Pointer[served]
+}
+
+// liveIDs translate between the ids of the pass and those of the finished
+// index.
+type liveIDs struct {
+	fwd  []EntryID          // pass id -> id in the finished index (noEntry: dropped); nil: same ids
+	inv  []EntryID          // id in the finished index -> pass id; nil: same ids
+	dead map[EntryID]bentry // entries the finished index leaves out
+}
+
+// served is the finished index's Reader, with the ids of the pass.
+type served struct {
+	r *Reader
+	liveIDs
 }
 
 // noEntry marks a pass entry that the finished index leaves out.
@@ -130,23 +146,22 @@ func (l *Live) finished(newID []EntryID, err error) {
 	if same {
 		return
 	}
-	l.fwd = newID
-	l.inv = make([]EntryID, 0, len(newID))
-	l.dead = map[EntryID]bentry{}
+	ids := liveIDs{fwd: newID, inv: make([]EntryID, 0, len(newID)), dead: map[EntryID]bentry{}}
 	for i, id := range newID {
 		if id == noEntry {
-			l.dead[EntryID(i)] = l.b.entries[i]
+			ids.dead[EntryID(i)] = l.b.entries[i]
 			continue
 		}
-		l.inv = append(l.inv, EntryID(i))
+		ids.inv = append(ids.inv, EntryID(i))
 	}
+	l.ids = ids
 }
 
 // Serve makes r, a Reader of the index the pass built, serve every call
 // from now on. l does not own r: Close does not close it.
 func (l *Live) Serve(r *Reader) {
 	l.mu.Lock()
-	l.final = r
+	l.served.Store(&served{r: r, liveIDs: l.ids})
 	l.b = nil // the finished index has it all
 	l.notifyLocked()
 	old := l.dropSnapLocked()
@@ -198,11 +213,7 @@ func closeReader(r *Reader) {
 
 // Complete reports whether the finished index serves every call: its
 // answers no longer change.
-func (l *Live) Complete() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.final != nil
-}
+func (l *Live) Complete() bool { return l.served.Load() != nil }
 
 // wait blocks until the pass changes something, ctx ends or l is closed;
 // it is called with l.mu held and returns with it held.
@@ -234,7 +245,7 @@ func (l *Live) WaitName(ctx context.Context, dir EntryID, name string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
-		if l.built || l.final != nil {
+		if l.built || l.served.Load() != nil {
 			return nil
 		}
 		if l.b != nil {
@@ -253,7 +264,7 @@ func (l *Live) WaitName(ctx context.Context, dir EntryID, name string) error {
 func (l *Live) WaitListing(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.final == nil {
+	for l.served.Load() == nil {
 		if err := l.waitLocked(ctx); err != nil {
 			return err
 		}
@@ -263,58 +274,60 @@ func (l *Live) WaitListing(ctx context.Context) error {
 
 // Len returns the number of entry ids: those of the pass so far.
 func (l *Live) Len() int {
+	if s := l.served.Load(); s != nil {
+		if s.fwd != nil {
+			return len(s.fwd)
+		}
+		return s.r.Len()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case l.b != nil:
-		return len(l.b.entries)
-	case l.fwd != nil:
-		return len(l.fwd)
-	case l.final != nil:
-		return l.final.Len()
+	if l.b == nil {
+		return 1 // the root
 	}
-	return 0
+	return len(l.b.entries)
 }
 
 // finalID returns the id in the finished index of pass id id, or false
-// for an entry it leaves out. l.final is set.
-func (l *Live) finalIDLocked(id EntryID) (EntryID, bool) {
-	if l.fwd == nil {
+// for an entry it leaves out.
+func (ids *liveIDs) finalID(id EntryID) (EntryID, bool) {
+	if ids.fwd == nil {
 		return id, true
 	}
-	if int(id) >= len(l.fwd) || l.fwd[id] == noEntry {
+	if int(id) >= len(ids.fwd) || ids.fwd[id] == noEntry {
 		return 0, false
 	}
-	return l.fwd[id], true
+	return ids.fwd[id], true
 }
 
-func (l *Live) passIDLocked(id EntryID) EntryID {
-	if l.inv == nil || int(id) >= len(l.inv) {
+// passID returns the pass id of id in the finished index.
+func (ids *liveIDs) passID(id EntryID) EntryID {
+	if ids.inv == nil || int(id) >= len(ids.inv) {
 		return id
 	}
-	return l.inv[id]
+	return ids.inv[id]
 }
 
 // Entry returns the entry of id, or nil. Until the pass ends, link counts
 // are 1 (2 for directories) and may rise.
 func (l *Live) Entry(id EntryID) *Entry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.final != nil {
-		fid, ok := l.finalIDLocked(id)
+	if s := l.served.Load(); s != nil {
+		fid, ok := s.finalID(id)
 		if !ok {
-			if d, ok := l.dead[id]; ok {
+			if d, ok := s.dead[id]; ok {
 				e := d.Entry
 				return &e
 			}
 			return nil
 		}
-		e := l.final.Entry(fid)
+		e := s.r.Entry(fid)
 		if e != nil {
-			e.Parent = l.passIDLocked(e.Parent)
+			e.Parent = s.passID(e.Parent)
 		}
 		return e
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.b == nil {
 		if id != RootID {
 			return nil
@@ -336,16 +349,16 @@ func (l *Live) Entry(id EntryID) *Entry {
 
 // Lookup finds name in directory dir among the names known now.
 func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.final != nil {
-		fdir, ok := l.finalIDLocked(dir)
+	if s := l.served.Load(); s != nil {
+		fdir, ok := s.finalID(dir)
 		if !ok {
 			return 0, false
 		}
-		id, ok := l.final.Lookup(fdir, name)
-		return l.passIDLocked(id), ok
+		id, ok := s.r.Lookup(fdir, name)
+		return s.passID(id), ok
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.b == nil || int(dir) >= len(l.b.entries) || l.b.entries[dir].Type != TypeDir {
 		return 0, false
 	}
@@ -357,19 +370,19 @@ func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
 // caller owns: the complete listing once Complete, else the names known
 // now (found by going over all of them).
 func (l *Live) Children(dir EntryID) []Dirent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.final != nil {
-		fdir, ok := l.finalIDLocked(dir)
+	if s := l.served.Load(); s != nil {
+		fdir, ok := s.finalID(dir)
 		if !ok {
 			return nil
 		}
-		out := l.final.Children(fdir)
+		out := s.r.Children(fdir)
 		for i := range out {
-			out[i].ID = l.passIDLocked(out[i].ID)
+			out[i].ID = s.passID(out[i].ID)
 		}
 		return out
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.b == nil {
 		return nil
 	}
@@ -404,14 +417,14 @@ const maxPathParts = 4096
 // Xattrs returns the extended attributes of id, in a slice the caller
 // owns.
 func (l *Live) Xattrs(id EntryID) []Xattr {
+	if s := l.served.Load(); s != nil {
+		if fid, ok := s.finalID(id); ok {
+			return s.r.Xattrs(fid)
+		}
+		return slices.Clone(s.dead[id].xattrs)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.final != nil {
-		if fid, ok := l.finalIDLocked(id); ok {
-			return l.final.Xattrs(fid)
-		}
-		return slices.Clone(l.dead[id].xattrs)
-	}
 	if l.b == nil || int(id) >= len(l.b.entries) {
 		return nil
 	}
@@ -422,22 +435,18 @@ func (l *Live) Xattrs(id EntryID) []Xattr {
 // once when the pass has passed the data, else once it has. It fails if
 // the pass fails before.
 func (l *Live) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int, error) {
-	l.mu.Lock()
-	if l.final != nil {
-		fid, ok := l.finalIDLocked(id)
-		d, dead := l.dead[id]
-		r := l.final
-		l.mu.Unlock()
-		switch {
-		case ok:
-			return r.ReadAt(ctx, fid, p, off)
-		case dead:
+	if s := l.served.Load(); s != nil {
+		if fid, ok := s.finalID(id); ok {
+			return s.r.ReadAt(ctx, fid, p, off)
+		}
+		if d, ok := s.dead[id]; ok {
 			// A member that a later one replaced: its data is
 			// still in the archive.
-			return r.readEntry(ctx, &d.Entry, d.sparse, p, off)
+			return s.r.readEntry(ctx, &d.Entry, d.sparse, p, off)
 		}
 		return 0, ErrNotFound
 	}
+	l.mu.Lock()
 	if l.b == nil || int(id) >= len(l.b.entries) {
 		l.mu.Unlock()
 		return 0, ErrNotFound
@@ -483,7 +492,7 @@ func (l *Live) reader(ctx context.Context, need int64) (s *liveSnap, final bool,
 		closeReader(old)
 	}()
 	for {
-		if l.final != nil {
+		if l.served.Load() != nil {
 			return nil, true, nil
 		}
 		if l.closed {
