@@ -308,6 +308,17 @@ func (ids *liveIDs) passID(id EntryID) EntryID {
 	return ids.inv[id]
 }
 
+// FinalID returns the id in the finished index of id, once Complete; false
+// before, or for an entry the finished index leaves out (a member a later
+// one replaced).
+func (l *Live) FinalID(id EntryID) (EntryID, bool) {
+	s := l.served.Load()
+	if s == nil {
+		return 0, false
+	}
+	return s.finalID(id)
+}
+
 // Entry returns the entry of id, or nil. Until the pass ends, link counts
 // are 1 (2 for directories) and may rise.
 func (l *Live) Entry(id EntryID) *Entry {

@@ -27,16 +27,19 @@ import (
 // heldServer serves a directory, holding every range request that starts
 // at or after a limit until the limit rises past it (or the client goes
 // away): an index pass over it stops there, for as long as the test says.
+// Requests from free on are never held: a mount reads the last 64 KiB of
+// the archive, looking for an embedded index, before its pass.
 type heldServer struct {
-	h       http.Handler
+	h       *shaped.Handler
+	free    int64
 	mu      sync.Mutex
 	cond    *sync.Cond
 	limit   int64
 	waiting atomic.Int32 // requests held now
 }
 
-func newHeldServer(t *testing.T, dir string, limit int64) (*heldServer, string) {
-	s := &heldServer{h: shaped.NewHandler(dir, shaped.Options{}), limit: limit}
+func newHeldServer(t *testing.T, dir string, limit, free int64) (*heldServer, string) {
+	s := &heldServer{h: shaped.NewHandler(dir, shaped.Options{}), limit: limit, free: free}
 	s.cond = sync.NewCond(&s.mu)
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() {
@@ -55,7 +58,7 @@ func (s *heldServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.mu.Unlock()
 		})
 		s.mu.Lock()
-		for start >= s.limit && r.Context().Err() == nil {
+		for start >= s.limit && start < s.free && r.Context().Err() == nil {
 			s.waiting.Add(1)
 			s.cond.Wait()
 			s.waiting.Add(-1)
@@ -135,7 +138,7 @@ func newProgressiveFixture(t *testing.T, limit float64) *progressiveFixture {
 	}
 	f.size = st.Size()
 	var base string
-	f.server, base = newHeldServer(t, served, int64(limit*float64(f.size)))
+	f.server, base = newHeldServer(t, served, int64(limit*float64(f.size)), f.size-1<<20)
 	f.url = base + "/a.tar.gz"
 	return f
 }
@@ -323,4 +326,34 @@ func TestProgressiveMountMatchesTarExtract(t *testing.T) {
 	}
 	waitLog(t, m, "msg=indexed")
 	treecmp.Compare(t, f.ref, m.dir, treecmp.Options{MaxErrors: 20})
+}
+
+// TestProgressiveMaterialize mounts with --materialize and no index over a
+// server that holds the pass at 60%: the mount is ready and serves an
+// early file during the pass, and the one pass both indexes the archive
+// and feeds the materializer: DIR ends up as tar -x makes it, the mount
+// serves the same tree, and the archive was fetched once.
+func TestProgressiveMaterialize(t *testing.T) {
+	needFUSE(t)
+	f := newProgressiveFixture(t, 0.6)
+	mat := filepath.Join(t.TempDir(), "mat")
+	m := mount(t, f.url, append(progressiveArgs(t), "--materialize", mat)...)
+	if !strings.Contains(m.stderr.String(), "indexing=true") {
+		t.Fatalf("the mount was not ready before its index:\n%s", m.stderr)
+	}
+	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
+	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
+	}
+	if strings.Contains(m.stderr.String(), "msg=indexed") {
+		t.Fatal("the pass ended while the server held it")
+	}
+	f.server.setLimit(1 << 62)
+	waitLog(t, m, "msg=materialized")
+	treecmp.Compare(t, f.ref, mat, treecmp.Options{MaxErrors: 20})
+	treecmp.Compare(t, f.ref, m.dir, treecmp.Options{MaxErrors: 20})
+	if got, limit := f.server.h.Stats().Bytes, f.size*105/100; got > limit {
+		t.Errorf("fetched %d bytes of a %d-byte archive: more than 1.05x", got, f.size)
+	}
 }

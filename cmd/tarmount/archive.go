@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/tarmount/tarmount/fetch"
 	tfs "github.com/tarmount/tarmount/fs"
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/index/tarscan"
 )
 
 func defaultCacheDir() string {
@@ -45,7 +47,7 @@ type archive struct {
 	// indexFromEmbedded or indexFromBuilt.
 	indexFrom string
 
-	// A mount made before its index (openArchiveLive): live serves it
+	// A mount made before its index (startPass): live serves it
 	// while the pass runs in the background. ix, reader, local and
 	// indexFrom are set by the pass, and may be read only once passDone
 	// is closed (indexed says so). passErr is why the pass failed.
@@ -72,8 +74,7 @@ func (a *archive) indexed() bool {
 
 func (a *archive) Close(log *slog.Logger) {
 	if a.passDone != nil {
-		a.cancelPass()
-		<-a.passDone
+		a.stopPass()
 		a.live.Close()
 	}
 	st := a.blocks.Stats()
@@ -120,7 +121,7 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 		return nil, err
 	}
 	if a.ix == nil {
-		if err := a.build(ctx, c, log, cached, nil); err != nil {
+		if err := a.build(ctx, c, log, cached, nil, nil); err != nil {
 			a.Close(log)
 			return nil, err
 		}
@@ -129,20 +130,12 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 	return a, nil
 }
 
-// openArchiveLive is openArchive for a mount: when there is no index yet,
-// it returns at once with the index pass running in the background and
-// a.live serving what the pass has seen (index.Live); the pass then saves
-// the index and makes a.reader as openArchive would, and a.live serves
-// through it.
-func openArchiveLive(ctx context.Context, url string, c *config, log *slog.Logger) (*archive, error) {
-	a, cached, err := findArchiveIndex(ctx, url, c, log, false)
-	if err != nil {
-		return nil, err
-	}
-	if a.ix != nil {
-		a.openReader(c, log, localCopyPath(c.cacheDir, cached))
-		return a, nil
-	}
+// startPass starts the index pass of an archive that has no index yet in
+// the background, and returns at once: a.live serves what the pass has
+// seen (index.Live). The pass hands each member to stage when it is not
+// nil (one pass feeding --materialize), then saves the index and makes
+// a.reader as openArchive would, and a.live serves through it.
+func (a *archive) startPass(ctx context.Context, c *config, log *slog.Logger, cached string, stage func(*tarscan.Header, io.Reader) error) {
 	// Reads during the pass fetch exact ranges: the blocks the pass
 	// brought in serve most of them.
 	a.live = index.NewLive(a.blocks.Ranges(), index.ReaderOptions{CacheBytes: c.cacheMem / 2, Logger: log})
@@ -150,7 +143,7 @@ func openArchiveLive(ctx context.Context, url string, c *config, log *slog.Logge
 	a.passDone = make(chan struct{})
 	go func() {
 		defer close(a.passDone)
-		if err := a.build(ctx, c, log, cached, a.live); err != nil {
+		if err := a.build(ctx, c, log, cached, a.live, stage); err != nil {
 			a.passErr = err
 			a.live.Fail(err)
 			if ctx.Err() == nil {
@@ -161,7 +154,15 @@ func openArchiveLive(ctx context.Context, url string, c *config, log *slog.Logge
 		a.openReader(c, log, localCopyPath(c.cacheDir, cached))
 		a.live.Serve(a.reader)
 	}()
-	return a, nil
+}
+
+// stopPass cancels the index pass started by startPass, if it still
+// runs, and waits for it. It is idempotent.
+func (a *archive) stopPass() {
+	if a.passDone != nil {
+		a.cancelPass()
+		<-a.passDone
+	}
 }
 
 // findArchiveIndex opens url and looks for its index (see openArchive):
@@ -225,13 +226,14 @@ func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logg
 	return a, cached, nil
 }
 
-// build runs the index pass (publishing to live, when not nil), keeps the
-// decoded copy of a stream-only archive, and saves the index at cached.
-func (a *archive) build(ctx context.Context, c *config, log *slog.Logger, cached string, live *index.Live) error {
+// build runs the index pass (publishing to live and handing members to
+// stage, when not nil), keeps the decoded copy of a stream-only archive,
+// and saves the index at cached.
+func (a *archive) build(ctx context.Context, c *config, log *slog.Logger, cached string, live *index.Live, stage func(*tarscan.Header, io.Reader) error) error {
 	localPath := localCopyPath(c.cacheDir, cached)
 	lw := &localWriter{path: localPath, limit: c.cacheDecoded, log: log}
 	defer lw.discard()
-	ix, err := buildIndex(ctx, a, c, log, lw, live)
+	ix, err := buildIndex(ctx, a, c, log, lw, live, stage)
 	if err != nil {
 		return err
 	}
@@ -305,7 +307,7 @@ func sameIdentity(a, b fetch.Identity) bool {
 	return a.Size == b.Size && a.ETag == b.ETag && a.VersionID == b.VersionID && a.LastModified.Equal(b.LastModified)
 }
 
-func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger, local *localWriter, live *index.Live) (*index.Index, error) {
+func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger, local *localWriter, live *index.Live, stage func(*tarscan.Header, io.Reader) error) (*index.Index, error) {
 	start := time.Now()
 	size := a.src.Identity().Size
 	log.Info("indexing", "src", a.src.String(), "size", size)
@@ -313,10 +315,11 @@ func buildIndex(ctx context.Context, a *archive, c *config, log *slog.Logger, lo
 	defer stream.Close()
 	last := start
 	ix, err := index.Build(ctx, stream, a.src.Identity(), index.BuildOptions{
-		Span:   c.span,
-		Logger: log,
-		Local:  local,
-		Live:   live,
+		Span:     c.span,
+		Logger:   log,
+		Local:    local,
+		Live:     live,
+		OnMember: stage,
 		OnProgress: func(consumed int64) {
 			if now := time.Now(); now.Sub(last) >= 2*time.Second {
 				last = now
@@ -369,34 +372,50 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	// that the whole process stays within cache-mem plus about 80 MiB.
 	debug.SetMemoryLimit(c.cacheMem + memoryReserve)
 	start := time.Now()
-	var a *archive
-	var err error
-	if c.mat.dir == "" && !c.waitIndex {
-		a, err = openArchiveLive(ctx, url, c, log)
-	} else {
-		a, err = openArchive(ctx, url, c, log, false)
-	}
+	a, cached, err := findArchiveIndex(ctx, url, c, log, false)
 	if err != nil {
 		return err
 	}
 	defer a.Close(log)
+	var bg *background
+	if c.mat.dir != "" {
+		// DIR is refused if it is not ours before anything is mounted.
+		if bg, err = openMaterialize(a, c, log); err != nil {
+			return err
+		}
+		defer bg.stop()
+	}
+	switch {
+	case a.ix == nil && !c.waitIndex:
+		var stage func(*tarscan.Header, io.Reader) error
+		if bg != nil {
+			stage = bg.job.Load().Stage
+		}
+		a.startPass(ctx, c, log, cached, stage)
+		defer a.stopPass() // before bg.stop: the pass stages into its job
+	case a.ix == nil:
+		if err := a.build(ctx, c, log, cached, nil, nil); err != nil {
+			return err
+		}
+		fallthrough
+	default:
+		a.openReader(c, log, localCopyPath(c.cacheDir, cached))
+	}
 	fsOpts := tfs.Options{
 		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: c.allowOther, Debug: c.debugFUSE,
 		UID: c.uid, GID: c.gid, PartialListings: c.partialListings,
 	}
 	var archive tfs.Archive = a.reader
-	if a.live != nil {
+	switch {
+	case a.live != nil && bg != nil:
+		archive = gatedLive{a.live, bg.gate}
+	case a.live != nil:
 		archive = a.live
-	}
-	var bg *background
-	if c.mat.dir != "" {
-		bg, err = startMaterialize(ctx, a, c, log)
-		if err != nil {
-			return err
-		}
-		defer bg.stop()
-		fsOpts.Local = bg
+	case bg != nil:
 		archive = gatedReader{a.reader, bg.gate}
+	}
+	if bg != nil {
+		fsOpts.Local = bg
 	}
 	abs, err := filepath.Abs(mountpoint)
 	if err != nil {

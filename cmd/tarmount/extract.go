@@ -272,6 +272,17 @@ func (r gatedReader) ReadAt(ctx context.Context, id index.EntryID, p []byte, off
 	return r.Reader.ReadAt(ctx, id, p, off)
 }
 
+// gatedLive is gatedReader for a mount served during its index pass.
+type gatedLive struct {
+	*index.Live
+	gate *materialize.Gate
+}
+
+func (r gatedLive) ReadAt(ctx context.Context, id index.EntryID, p []byte, off int64) (int, error) {
+	defer r.gate.Enter()()
+	return r.Live.ReadAt(ctx, id, p, off)
+}
+
 // background is the materialization that runs behind a mount. A job
 // that a failure stops (the server away for longer than --read-timeout,
 // a TLS or credentials error) is opened again after a pause, which resumes
@@ -309,9 +320,11 @@ const (
 	materializeRetryMax   = time.Minute
 )
 
-// startMaterialize opens the job of --materialize DIR (refusing a DIR that
-// is not ours before anything is mounted); run starts it.
-func startMaterialize(ctx context.Context, a *archive, c *config, log *slog.Logger) (*background, error) {
+// openMaterialize opens the job of --materialize DIR (refusing a DIR that
+// is not ours before anything is mounted); run starts it. When the mount
+// has no index yet, its index pass stages the files into the job
+// (Job.Stage) as it goes, and run waits for the pass.
+func openMaterialize(a *archive, c *config, log *slog.Logger) (*background, error) {
 	b := &background{gate: &materialize.Gate{}, a: a, log: log, prog: &materialize.Progress{}, done: make(chan struct{}),
 		key: a.src.Identity().Key()}
 	b.opts = materialize.Options{
@@ -324,37 +337,63 @@ func startMaterialize(ctx context.Context, a *archive, c *config, log *slog.Logg
 	}
 	b.job.Store(job)
 	b.dir = job.Dir()
-	// Its own reader straight on the source: span decodes neither go
-	// through nor evict the mount's caches (memory and disk).
 	b.src = &countingSource{Source: a.src}
-	ropts := index.ReaderOptions{Readahead: -1, Logger: log}
-	if a.local != nil {
-		ropts.Local = a.local // a stream-only archive's decoded copy
-	}
-	b.reader = index.NewReader(a.ix, b.src, ropts)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
 
 // OpenLocal opens the copy of id in DIR if the current job has it
-// complete (fs.Local).
+// complete (fs.Local). id is a pass id when the mount was made during
+// its index pass.
 func (b *background) OpenLocal(id index.EntryID) (*os.File, bool) {
+	if b.a.live != nil {
+		fid, ok := b.a.live.FinalID(id)
+		if !ok {
+			return nil, false
+		}
+		id = fid
+	}
 	return b.job.Load().OpenLocal(id)
 }
 
+// staged reports whether the mount's index pass staged the archive's
+// files into the job: it ran with the job, and succeeded.
+func (b *background) staged() bool { return b.a.live != nil && b.a.ix != nil }
+
 func (b *background) run() {
-	spans := materialize.IndexSpans(b.reader, b.src)
-	if spans == nil && !b.job.Load().Complete() {
-		b.log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", b.dir)
-		b.err = errNoSpans
-		close(b.done)
-		return
-	}
 	b.started = true
-	start := time.Now()
-	b.log.Info("materializing", "path", b.dir)
 	go func() {
 		defer close(b.done)
+		if b.a.passDone != nil {
+			select {
+			case <-b.a.passDone:
+			case <-b.ctx.Done():
+				b.err = b.ctx.Err()
+				return
+			}
+			if b.a.ix == nil {
+				// What the failed pass staged was never checked
+				// to the end of the archive.
+				b.err = fmt.Errorf("index pass: %w", b.a.passErr)
+				b.job.Load().Abandon()
+				return
+			}
+		}
+		// Its own reader straight on the source: span decodes neither
+		// go through nor evict the mount's caches (memory and disk).
+		ropts := index.ReaderOptions{Readahead: -1, Logger: b.log}
+		if b.a.local != nil {
+			ropts.Local = b.a.local // a stream-only archive's decoded copy
+		}
+		b.reader = index.NewReader(b.a.ix, b.src, ropts)
+		spans := materialize.IndexSpans(b.reader, b.src)
+		if spans == nil && !b.staged() && !b.job.Load().Complete() {
+			b.log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", b.dir)
+			b.err = errNoSpans
+			return
+		}
+		start := time.Now()
+		b.log.Info("materializing", "path", b.dir)
 		delay := materializeRetryFirst
 		for {
 			err := b.job.Load().Run(b.ctx, b.a.ix, spans)
@@ -476,12 +515,19 @@ func (b *background) progressLine() string {
 	return fmt.Sprintf("serving; materializing %s: %.0f%%, %d of %d files", b.dir, pct, files, total)
 }
 
-// stop ends the job (resumable) and waits for it.
+// stop ends the job (resumable) and waits for it. A job that an index
+// pass staged into, and that did not get to run, is abandoned: what was
+// staged was never checked to the end of the archive.
 func (b *background) stop() {
 	b.cancel()
 	if b.started {
 		<-b.done
 	}
+	if b.a.live != nil && !b.started {
+		b.job.Load().Abandon()
+	}
 	b.job.Load().Close()
-	b.reader.Close()
+	if b.reader != nil {
+		b.reader.Close()
+	}
 }
