@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,8 @@ var ErrPassFailed = errors.New("index: the index pass failed")
 // finished index, which leaves out entries no name reaches, are
 // translated. A filesystem can thus keep its inode numbers across Serve.
 //
+// Lock order: Live.mu, then the mutex of a Reader of the partial index.
+//
 // Live is safe for concurrent use. Close stops its readers; it does not
 // stop the pass.
 type Live struct {
@@ -49,10 +52,12 @@ type Live struct {
 	local   int           // the first span that only a local copy serves (-1: none yet)
 	changed chan struct{} // closed at the next change; nil when nobody waits
 	snap    *liveSnap     // reader over the spans complete when it was made
+	started bool          // the pass has read a member
 	built   bool          // the pass ended: every name is known
 	ids     liveIDs       // set when built
 	err     error         // why the pass failed
 	closed  bool
+	retired ReaderStats // counters of the readers of the partial index closed so far
 
 	// served is set by Serve, under mu; once set, every call reads it
 	// without taking mu.
@@ -73,6 +78,10 @@ type served struct {
 	liveIDs
 }
 
+// liveCacheSpans is how many decoded spans a reader of the partial index
+// keeps.
+const liveCacheSpans = 2
+
 // noEntry marks a pass entry that the finished index leaves out.
 const noEntry = ^EntryID(0)
 
@@ -89,6 +98,9 @@ type liveSnap struct {
 // behind it would compete with the pass).
 func NewLive(src Source, opts ReaderOptions) *Live {
 	opts.Readahead = -1
+	// One set of decode slots and CPU tokens for all the readers of
+	// the partial index, old ones still reading included.
+	opts.shared = NewReader(&Index{}, nil, ReaderOptions{})
 	return &Live{src: src, opts: opts, local: -1}
 }
 
@@ -118,6 +130,7 @@ func (l *Live) add(h *tarscan.Header) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.b.add(h)
+	l.started = true
 	l.notifyLocked()
 	return err
 }
@@ -166,7 +179,7 @@ func (l *Live) Serve(r *Reader) {
 	l.notifyLocked()
 	old := l.dropSnapLocked()
 	l.mu.Unlock()
-	closeReader(old)
+	l.retire(old)
 }
 
 // Fail ends l with err when the pass could not be used (its index could
@@ -181,8 +194,8 @@ func (l *Live) Close() error {
 	l.notifyLocked()
 	old := l.dropSnapLocked()
 	l.mu.Unlock()
-	closeReader(old)
-	return nil
+	l.retire(old)
+	return l.opts.shared.Close()
 }
 
 // dropSnapLocked drops l.snap, and returns its reader when no read holds
@@ -193,6 +206,9 @@ func (l *Live) dropSnapLocked() *Reader {
 		return nil
 	}
 	l.snap = nil
+	// No new read comes to it: what it cached goes now, not once the
+	// reads that still hold it are done.
+	s.r.dropCache()
 	return l.unrefLocked(s)
 }
 
@@ -205,10 +221,36 @@ func (l *Live) unrefLocked(s *liveSnap) *Reader {
 	return nil
 }
 
-func closeReader(r *Reader) {
-	if r != nil {
-		r.Close()
+// retire closes r, a reader of the partial index (if not nil), and
+// keeps its counters.
+func (l *Live) retire(r *Reader) {
+	if r == nil {
+		return
 	}
+	r.Close()
+	st := r.Stats()
+	l.mu.Lock()
+	l.retired.SpanHits += st.SpanHits
+	l.retired.SpanMisses += st.SpanMisses
+	l.retired.SpanDecodes += st.SpanDecodes
+	l.mu.Unlock()
+}
+
+// Stats returns the counters of the readers of the partial index, since
+// NewLive; CachedBytes is what the current one holds. The finished
+// index's Reader counts on its own.
+func (l *Live) Stats() ReaderStats {
+	l.mu.Lock()
+	st, s := l.retired, l.snap
+	l.mu.Unlock()
+	if s != nil {
+		cur := s.r.Stats()
+		st.SpanHits += cur.SpanHits
+		st.SpanMisses += cur.SpanMisses
+		st.SpanDecodes += cur.SpanDecodes
+		st.CachedBytes = cur.CachedBytes
+	}
+	return st
 }
 
 // Complete reports whether the finished index serves every call: its
@@ -257,6 +299,20 @@ func (l *Live) WaitName(ctx context.Context, dir EntryID, name string) error {
 			return err
 		}
 	}
+}
+
+// WaitStarted blocks until the pass has read its first member (the
+// root's attributes may come from it), or has ended, or ctx ends; it
+// returns the pass's error if it failed first.
+func (l *Live) WaitStarted(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for !l.started && !l.built && l.err == nil {
+		if err := l.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+	return l.err
 }
 
 // WaitListing blocks until the listing of every directory is complete (the
@@ -500,7 +556,7 @@ func (l *Live) reader(ctx context.Context, need int64) (s *liveSnap, final bool,
 	l.mu.Lock()
 	defer func() {
 		l.mu.Unlock()
-		closeReader(old)
+		l.retire(old)
 	}()
 	for {
 		if l.served.Load() != nil {
@@ -515,7 +571,12 @@ func (l *Live) reader(ctx context.Context, need int64) (s *liveSnap, final bool,
 		}
 		if l.ix != nil && l.coveredLocked() >= need {
 			old = l.dropSnapLocked()
-			l.snap = &liveSnap{r: NewReader(l.partialLocked(), l.src, l.opts), refs: 1}
+			p := l.partialLocked()
+			opts := l.opts
+			// A few spans: reads during the pass mostly follow it,
+			// and every new snapshot starts with an empty cache.
+			opts.CacheBytes = min(cmp.Or(opts.CacheBytes, DefaultSpanCacheBytes), liveCacheSpans*p.Span)
+			l.snap = &liveSnap{r: NewReader(p, l.src, opts), refs: 1}
 			continue
 		}
 		if err := l.waitLocked(ctx); err != nil {
@@ -528,7 +589,7 @@ func (l *Live) release(s *liveSnap) {
 	l.mu.Lock()
 	old := l.unrefLocked(s)
 	l.mu.Unlock()
-	closeReader(old)
+	l.retire(old)
 }
 
 // coveredLocked returns how much of the tar stream the pass's complete

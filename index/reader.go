@@ -49,6 +49,11 @@ type ReaderOptions struct {
 	// decoded again. It may be called from several goroutines at once and
 	// more than once.
 	LocalDamaged func(i int)
+
+	// shared, if set, are the decode slots and CPU tokens of another
+	// Reader, whose bounds then hold for both (Live's readers of a
+	// growing index).
+	shared *Reader
 }
 
 // Reader reads entries of an archive through its index: a read fetches
@@ -184,6 +189,9 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 		slots:  make(chan struct{}, decodeSlots()),
 	}
 	r.localDamaged = opts.LocalDamaged
+	if opts.shared != nil {
+		r.slots, r.cpu = opts.shared.slots, opts.shared.cpu
+	}
 	for i := range r.recent {
 		r.recent[i].span = -2
 	}
@@ -494,8 +502,12 @@ func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
 }
 
 // evictLocked drops least recently used spans until the cache fits.
-func (r *Reader) evictLocked() {
-	for r.used > r.limit && r.lru.Len() > 1 {
+func (r *Reader) evictLocked() { r.evictToLocked(r.limit, 1) }
+
+// evictToLocked drops the least recently used spans until the cache holds
+// at most limit bytes or keep spans.
+func (r *Reader) evictToLocked(limit int64, keep int) {
+	for r.used > limit && r.lru.Len() > keep {
 		back := r.lru.Back()
 		i := back.Value.(int)
 		r.lru.Remove(back)
@@ -505,6 +517,15 @@ func (r *Reader) evictLocked() {
 		c.evicted = true
 		r.recycleLocked(c)
 	}
+}
+
+// dropCache drops every cached span (spans that reads hold live on until
+// they let go): for a Reader that serves no new reads.
+func (r *Reader) dropCache() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evictToLocked(0, 0)
+	r.free = nil
 }
 
 // decodeSpan returns the decoded bytes of span i: it fetches the span's

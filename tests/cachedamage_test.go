@@ -31,7 +31,7 @@ func TestDamagedSavedIndex(t *testing.T) {
 	needFUSE(t)
 	f := newFixture(t, corpus.TreeOptions{NoSparse: true, NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	cache := filepath.Join(f.work, "cache")
-	mount(t, f.url, "--cache-dir", cache, "--span", "65536").stop(t)
+	mount(t, f.url, "--cache-dir", cache, "--span", "65536", "--wait-index").stop(t) // builds and saves the index
 	path := savedIndex(t, cache)
 	good, err := os.ReadFile(path)
 	if err != nil {
@@ -257,7 +257,7 @@ func TestDamagedDecodedCopy(t *testing.T) {
 	f.url = base + "/a.tar.zst"
 	cache := filepath.Join(f.work, "cache")
 	args := []string{"--cache-dir", cache}
-	first := mount(t, f.url, args...)
+	first := mount(t, f.url, append(args, "--wait-index")...) // decodes the archive to its copy
 	first.stop(t)
 	if !strings.Contains(first.stderr.String(), "stream-only") {
 		t.Fatalf("the archive is not stream-only:\n%s", first.stderr)

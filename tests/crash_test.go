@@ -81,7 +81,7 @@ func TestKill9WithReadsInFlight(t *testing.T) {
 	args := []string{"--cache-dir", cache, "--span", "262144"}
 	// The first mount builds and saves the index; the next reads spans
 	// from the server (no disk cache), where they stall.
-	mount(t, url, args...).stop(t)
+	mount(t, url, append(args, "--wait-index")...).stop(t)
 
 	mnt := t.TempDir()
 	t.Cleanup(func() {

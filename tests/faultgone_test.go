@@ -173,7 +173,8 @@ func goneArgs(t *testing.T, s *faultSite, extra ...string) []string {
 // goneIndex: the archive goes during the index pass; the mount fails,
 // naming the cause.
 func goneIndex(t *testing.T, s *faultSite, f fault, cause string) {
-	m := startMount(t, f.wrap, t.TempDir(), s.url, goneArgs(t, s)...)
+	// The pass before the mount answers, as in phaseIndex.
+	m := startMount(t, f.wrap, t.TempDir(), s.url, append(goneArgs(t, s), "--wait-index")...)
 	tl := f.timeline(t, s.served, m.exited)
 	err := m.waitReady(time.Minute)
 	if !tl.finish() {

@@ -285,7 +285,10 @@ func lastLines(s string, n int) string {
 // one it does not makes the mount fail with e.errs, and once the fault is
 // over a new mount works.
 func phaseIndex(t *testing.T, s *faultSite, f fault, readTimeout time.Duration, retries int, e expect) (log string) {
-	args := append(faultArgs(t.TempDir(), readTimeout, retries), s.args...)
+	// The pass before the mount answers (--wait-index): a fault there
+	// refuses the mount. TestProgressivePassFails covers a pass that
+	// fails once the mount answers.
+	args := append(append(faultArgs(t.TempDir(), readTimeout, retries), s.args...), "--wait-index")
 	m := startMount(t, f.wrap, bindTarget(t, f.wrap), s.url, args...)
 	tl := f.timeline(t, s.served, m.exited)
 	err := m.waitReady(3 * time.Minute)

@@ -354,7 +354,7 @@ func TestCorruptSpanGivesEIO(t *testing.T) {
 	// that loads the saved index and fetches spans anew (without the disk
 	// cache, which holds the undamaged bytes under the unchanged identity).
 	cache := filepath.Join(work, "cache")
-	mount(t, f.url, "--cache-dir", cache, "--span", "262144").stop(t)
+	mount(t, f.url, "--cache-dir", cache, "--span", "262144", "--wait-index").stop(t) // builds and saves the index
 
 	st, err := os.Stat(archive)
 	if err != nil {

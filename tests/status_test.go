@@ -145,8 +145,11 @@ func TestStatus(t *testing.T) {
 	if st.Fetch.Bytes <= 0 || st.Fetch.Requests <= 0 || st.Fetch.Retries != 0 {
 		t.Errorf("fetch: got %+v, want bytes and requests, no retries", st.Fetch)
 	}
-	if st.Cache.SpanDecodes <= 0 || !st.Cache.DiskEnabled {
-		t.Errorf("cache: got %+v, want span decodes and a disk cache", st.Cache)
+	// The mount's index pass fed the materializer: reads may all have
+	// come from DIR, with no span decoded, and the archive was read once
+	// (with the last 64 KiB, where an embedded index would be, twice).
+	if !st.Cache.DiskEnabled || st.Fetch.Bytes > fi.Size()+64<<10 {
+		t.Errorf("cache, fetch: got %+v, %+v; want a disk cache, and the %d-byte archive fetched once", st.Cache, st.Fetch, fi.Size())
 	}
 	mt := st.Materialize
 	switch {

@@ -393,6 +393,16 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		}
 		a.startPass(ctx, c, log, cached, stage)
 		defer a.stopPass() // before bg.stop: the pass stages into its job
+		// Ready once the pass has read the first member, which gives
+		// the root its attributes; an object that is no tar archive is
+		// refused here.
+		if err := a.live.WaitStarted(ctx); err != nil {
+			a.stopPass()
+			if a.passErr != nil {
+				return a.passErr
+			}
+			return err
+		}
 	case a.ix == nil:
 		if err := a.build(ctx, c, log, cached, nil, nil); err != nil {
 			return err
@@ -454,12 +464,25 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	if bg != nil {
 		go bg.report(ready, done)
 	}
-	select {
-	case <-done:
-		ready.stopping()
-		log.Info("unmounted", "path", mountpoint)
-		return nil
-	case <-ctx.Done():
+	// A pass that fails after the mount answered ends the mount, as it
+	// would have refused it: reads waiting for it have failed with EIO,
+	// and the server exits with the reason.
+	var passErr error
+	passDone := a.passDone
+	for wait := true; wait; {
+		select {
+		case <-done:
+			ready.stopping()
+			log.Info("unmounted", "path", mountpoint)
+			return nil
+		case <-passDone:
+			passDone = nil
+			if a.passErr != nil && ctx.Err() == nil {
+				passErr, wait = a.passErr, false
+			}
+		case <-ctx.Done():
+			wait = false
+		}
 	}
 	ready.stopping()
 	stop() // a second signal kills the process
@@ -471,7 +494,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	}
 	<-done
 	log.Info("unmounted", "path", mountpoint)
-	return nil
+	return passErr
 }
 
 func unmount(mountpoint string, log *slog.Logger) error {

@@ -121,6 +121,9 @@ func (s *statusSource) status() *mountStatus {
 		st.Archive.LastModified = id.LastModified.UTC()
 	}
 	var rs index.ReaderStats
+	if a.live != nil {
+		rs = a.live.Stats() // reads served while the pass ran
+	}
 	switch {
 	case !a.indexed() || a.ix == nil:
 		st.Index.Source, st.Index.Entries = indexBuilding, a.live.Len()
@@ -131,7 +134,9 @@ func (s *statusSource) status() *mountStatus {
 		st.Archive.Codec = a.ix.Codec.String()
 		st.Index.Source, st.Index.Entries = a.indexFrom, a.ix.Len()
 		st.Index.Checkpoints, st.Index.StreamOnly = len(a.ix.Checkpoints), a.ix.StreamOnly()
-		rs = a.reader.Stats()
+		r := a.reader.Stats()
+		rs.SpanHits, rs.SpanMisses, rs.SpanDecodes = rs.SpanHits+r.SpanHits, rs.SpanMisses+r.SpanMisses, rs.SpanDecodes+r.SpanDecodes
+		rs.CachedBytes += r.CachedBytes
 	}
 
 	bs := a.blocks.Stats()
