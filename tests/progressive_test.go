@@ -357,3 +357,49 @@ func TestProgressiveMaterialize(t *testing.T) {
 		t.Errorf("fetched %d bytes of a %d-byte archive: more than 1.05x", got, f.size)
 	}
 }
+
+// TestProgressivePassFails replaces the archive while the server holds
+// the pass of a mount that is already serving: the pass fails on the
+// changed object, a read waiting for it fails instead of hanging or
+// returning other bytes, and tarmount unmounts and exits with the reason.
+func TestProgressivePassFails(t *testing.T) {
+	needFUSE(t)
+	f := newProgressiveFixture(t, 0.6)
+	m := mount(t, f.url, progressiveArgs(t)...)
+	deadline := time.Now().Add(time.Minute)
+	for f.server.waiting.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pass never reached the held part of the archive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	late := make(chan error, 1)
+	go func() {
+		_, err := os.ReadFile(filepath.Join(m.dir, progressiveLate))
+		late <- err
+	}()
+	replaceArchive(t, f.archive)
+	f.server.setLimit(1 << 62)
+	select {
+	case err := <-late:
+		if err == nil {
+			t.Error("a read waiting for the failed pass succeeded")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a read waiting for the failed pass still waits")
+	}
+	select {
+	case <-m.exited:
+	case <-time.After(time.Minute):
+		t.Fatal("tarmount still runs after its index pass failed")
+	}
+	if m.err == nil {
+		t.Errorf("tarmount exited with success after its index pass failed:\n%s", lastLines(m.stderr.String(), 10))
+	}
+	if last := lastLines(m.stderr.String(), 1); !strings.Contains(last, "source changed") {
+		t.Errorf("the last line does not say the archive changed:\n%s", lastLines(m.stderr.String(), 10))
+	}
+	if isMounted(m.dir) {
+		t.Errorf("%s still mounted after the pass failed", m.dir)
+	}
+}
