@@ -52,6 +52,7 @@ type Stats struct {
 	DiskBytes    int64 // bytes those disk reads returned
 	DiskWrites   int64 // blocks and ranges written to the disk cache
 	DiskDropped  int64 // writes dropped because the disk cache's queue was full
+	Prefetches   int64 // block fetches queued by Prefetch
 }
 
 // Blocks reads a Source in fixed-size, aligned blocks, keeps recently used
@@ -88,6 +89,7 @@ type Blocks struct {
 
 	requests, bytesFetched, inFlight, hits, misses, evictions atomic.Int64
 	diskHits, diskBytes, diskWrites, diskDropped              atomic.Int64
+	prefetches                                                atomic.Int64
 
 	mu sync.Mutex
 	// guarded by mu
@@ -209,6 +211,7 @@ func (b *Blocks) Stats() Stats {
 		DiskBytes:    b.diskBytes.Load(),
 		DiskWrites:   b.diskWrites.Load(),
 		DiskDropped:  b.diskDropped.Load(),
+		Prefetches:   b.prefetches.Load(),
 	}
 }
 
@@ -366,23 +369,8 @@ func (b *Blocks) getLocked(idx int64, fg bool) *block {
 	switch {
 	case blk == nil:
 		b.misses.Add(1)
-		off := idx * b.blockSize
-		blk = &block{
-			idx:        idx,
-			off:        off,
-			n:          int(min(b.blockSize, b.size-off)),
-			done:       make(chan struct{}),
-			fg:         fg,
-			waiters:    1,
-			streamOnly: !fg,
-		}
-		b.blocks[idx] = blk
-		if fg {
-			b.fgQueue = append(b.fgQueue, blk)
-		} else {
-			b.bgQueue = append(b.bgQueue, blk)
-		}
-		b.work.Signal()
+		blk = b.queueLocked(idx, fg, 1)
+		blk.streamOnly = !fg
 	case blk.state == blockDone:
 		b.hits.Add(1)
 		b.toDiskLocked(blk)
@@ -406,6 +394,58 @@ func (b *Blocks) getLocked(idx int64, fg bool) *block {
 	blk.refs.Add(1)
 	return blk
 }
+
+// queueLocked queues a fetch of block idx, which is not in the map, with
+// waiters registered holders: in fgQueue for a ReadAt (fg), else in
+// bgQueue.
+func (b *Blocks) queueLocked(idx int64, fg bool, waiters int) *block {
+	off := idx * b.blockSize
+	blk := &block{
+		idx:     idx,
+		off:     off,
+		n:       int(min(b.blockSize, b.size-off)),
+		done:    make(chan struct{}),
+		fg:      fg,
+		waiters: waiters,
+	}
+	b.blocks[idx] = blk
+	if fg {
+		b.fgQueue = append(b.fgQueue, blk)
+	} else {
+		b.bgQueue = append(b.bgQueue, blk)
+	}
+	b.work.Signal()
+	return blk
+}
+
+// Prefetch queues fetches of the blocks that hold [off, off+n) and are
+// neither cached nor being fetched, and returns at once. Like Stream
+// read-ahead, they start only when no ReadAt waits for a fetch slot; a
+// ReadAt that needs one of them joins its fetch, and goes first. A
+// prefetched block is cached like one that ReadAt fetched, and evicted
+// like it if nobody reads it. It is safe to call often: blocks already
+// there cost a map lookup each.
+func (b *Blocks) Prefetch(off, n int64) {
+	if off < 0 || n <= 0 || off >= b.size {
+		return
+	}
+	end := min(off+n, b.size)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	for i := off / b.blockSize; i <= (end-1)/b.blockSize; i++ {
+		if b.blocks[i] == nil {
+			// No waiter: nobody's leaving cancels it.
+			b.queueLocked(i, false, 0)
+			b.prefetches.Add(1)
+		}
+	}
+}
+
+// BlockSize returns the size of the blocks that b fetches and caches.
+func (b *Blocks) BlockSize() int64 { return b.blockSize }
 
 // wait waits until blk is done or ctx ends, and returns the fetch error
 // or ctx.Err(). The caller still holds its reference either way.

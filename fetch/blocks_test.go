@@ -557,3 +557,68 @@ func TestBlocksInFlight(t *testing.T) {
 	require.Zero(t, st.InFlight)
 	require.Equal(t, int64(1024+3000), st.BytesFetched)
 }
+
+// TestBlocksPrefetch: Prefetch queues the missing blocks of a range
+// behind waiting reads, without waiting; a ReadAt of a prefetched block
+// then makes no request, and neither does a second Prefetch of it.
+func TestBlocksPrefetch(t *testing.T) {
+	const bs = 1024
+	data := randomBytes(20*bs, 9)
+	src := newMemSource(data)
+	src.gate = make(chan struct{})
+	src.started = make(chan int64, 100)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 1})
+
+	b.Prefetch(2*bs+10, 2*bs) // blocks 2, 3 and 4
+	require.Equal(t, int64(2*bs), <-src.started)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.ReadAt(t.Context(), make([]byte, 10), 9*bs)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 1 }, 5*time.Second, time.Millisecond)
+	src.gate <- struct{}{}
+	require.Equal(t, int64(9*bs), <-src.started, "a waiting ReadAt goes before prefetch")
+	src.gate <- struct{}{}
+	require.NoError(t, <-done)
+	close(src.gate)
+	require.Eventually(t, func() bool { return b.Stats().CachedBytes == 4*bs }, 5*time.Second, time.Millisecond)
+	require.Equal(t, int64(3), b.Stats().Prefetches)
+
+	b.Prefetch(2*bs, 3*bs)
+	p := make([]byte, 3*bs)
+	n, err := b.ReadAt(t.Context(), p, 2*bs)
+	require.NoError(t, err)
+	require.Equal(t, data[2*bs:5*bs], p[:n])
+	require.Equal(t, []int64{2 * bs, 3 * bs, 4 * bs, 9 * bs}, src.reads(), "prefetched blocks are fetched once")
+	require.Equal(t, int64(3), b.Stats().Prefetches)
+
+	b.Prefetch(-1, bs)
+	b.Prefetch(20*bs, bs)
+	b.Prefetch(0, 0)
+	require.Equal(t, int64(3), b.Stats().Prefetches, "ranges outside the object prefetch nothing")
+}
+
+// TestBlocksReadRange: ReadRange fetches exactly the range asked with one
+// request, without filling blocks, and reads cached blocks without one.
+func TestBlocksReadRange(t *testing.T) {
+	const bs = 1024
+	data := randomBytes(20*bs, 10)
+	src := newMemSource(data)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 2})
+	p := make([]byte, 1500)
+	n, err := b.ReadRange(t.Context(), p, 3*bs+100)
+	require.NoError(t, err)
+	require.Equal(t, data[3*bs+100:3*bs+1600], p[:n])
+	st := b.Stats()
+	require.Equal(t, int64(1), st.Requests)
+	require.Equal(t, int64(1500), st.BytesFetched)
+	require.Equal(t, int64(0), st.CachedBytes, "an exact range does not fill blocks")
+
+	_, err = b.ReadAt(t.Context(), make([]byte, 10), 7*bs)
+	require.NoError(t, err)
+	n, err = b.ReadRange(t.Context(), p[:500], 7*bs+200)
+	require.NoError(t, err)
+	require.Equal(t, data[7*bs+200:7*bs+700], p[:n])
+	require.Equal(t, int64(2), b.Stats().Requests, "a range in a cached block is read from it")
+}

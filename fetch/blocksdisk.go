@@ -168,13 +168,18 @@ type RangeReader struct{ b *Blocks }
 // Ranges returns a RangeReader of b.
 func (b *Blocks) Ranges() RangeReader { return RangeReader{b: b} }
 
-// ReadAt reads len(p) bytes at off like Source.ReadAt: from memory or disk
-// if ReadCached can, else with one request for exactly those bytes, which
-// it then queues for writing to the disk cache as one entry (so that a
-// later mount finds the range there). The request counts in b's Stats. p
-// is not retained.
+// ReadAt is r's Blocks' ReadRange.
 func (r RangeReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	b := r.b
+	return r.b.ReadRange(ctx, p, off)
+}
+
+// ReadRange reads len(p) bytes at off like Source.ReadAt: from memory or
+// disk if ReadCached can, else with one request for exactly those bytes,
+// which it then queues for writing to the disk cache as one entry (so that
+// a later mount finds the range there). The request counts in b's Stats;
+// it is not a block fetch, and neither joins nor fills the block cache. p
+// is not retained. It is safe for concurrent use.
+func (b *Blocks) ReadRange(ctx context.Context, p []byte, off int64) (int, error) {
 	if off >= 0 && b.ReadCached(p, off) {
 		return len(p), nil
 	}

@@ -263,12 +263,8 @@ func readTail(ctx context.Context, src Source, tail []byte, tailOff, off, n int6
 }
 
 func readFullAt(ctx context.Context, src Source, p []byte, off int64) error {
-	n, err := src.ReadAt(ctx, p, off)
-	if n == len(p) {
-		return nil
+	if err := readFull(ctx, src.ReadAt, p, off); err != nil {
+		return fmt.Errorf("read archive tail at %d: %w", off, err)
 	}
-	if err == nil || err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
-	return fmt.Errorf("read archive tail at %d: %w", off, err)
+	return nil
 }

@@ -81,18 +81,22 @@ type Reader struct {
 	slots chan struct{}
 	// cpu bounds the DecodeSpan calls decoding at once (GOMAXPROCS).
 	cpu chan struct{}
+	// blocks is src when the archive is a plain tar and src keeps blocks
+	// (plain.go), else nil.
+	blocks BlockSource
 
 	hits, misses, decodes atomic.Int64 // see ReaderStats
 	reuses                atomic.Int64 // decodes into the buffer of an evicted span
 
 	mu sync.Mutex
 	// guarded by mu
-	spans  map[int]*spanCall    // cached and in-flight spans
-	lru    *list.List           // of int span indexes, most recent first
-	used   int64                // bytes of cached spans and of spans being decoded
-	recent [recentSpans]readSeq // the latest readers, for readahead
-	next   int                  // where the next read goes in recent
-	free   [][]byte             // buffers of evicted spans no reader holds (at most maxFreeSpans)
+	spans  map[int]*spanCall     // cached and in-flight spans
+	lru    *list.List            // of int span indexes, most recent first
+	used   int64                 // bytes of cached spans and of spans being decoded
+	recent [recentSpans]readSeq  // the latest readers, for readahead
+	plain  [recentSpans]plainSeq // the same for a plain tar (plain.go)
+	next   int                   // where the next read goes in recent or plain
+	free   [][]byte              // buffers of evicted spans no reader holds (at most maxFreeSpans)
 	closed bool
 }
 
@@ -195,6 +199,15 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	for i := range r.recent {
 		r.recent[i].span = -2
 	}
+	if bs, ok := src.(BlockSource); ok && ix.Codec == CodecNone {
+		r.blocks = bs
+		if opts.shared == nil {
+			r.slots = make(chan struct{}, plainFetchSlots)
+		}
+		for i := range r.plain {
+			r.plain[i].end = -1
+		}
+	}
 	return r
 }
 
@@ -244,15 +257,13 @@ func (r *Reader) readEntry(ctx context.Context, e *Entry, chunks []SparseChunk, 
 	}
 	// A read from the start of a file is most likely the first of a
 	// sequential reader: read ahead at once, up to the file's end.
-	var fileEnd int64
-	if off == 0 {
-		fileEnd = int64(e.DataOffset) + storedSize(e, chunks)
-	}
+	file := fileData{start: int64(e.DataOffset), end: int64(e.DataOffset) + storedSize(e, chunks), first: off == 0}
 	var err error
 	if e.Sparse {
-		err = r.readSparse(ctx, e, chunks, p, off)
+		file.first = false
+		err = r.readSparse(ctx, e, chunks, p, off, file)
 	} else {
-		err = r.readStream(ctx, p, int64(e.DataOffset)+off, fileEnd)
+		err = r.readStream(ctx, p, file.start+off, file)
 	}
 	if err != nil {
 		return 0, err
@@ -263,8 +274,16 @@ func (r *Reader) readEntry(ctx context.Context, e *Entry, chunks []SparseChunk, 
 	return len(p), nil
 }
 
-// readSparse fills p with the logical bytes at off of a sparse file.
-func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk, p []byte, off int64) error {
+// fileData is where the stored data of the file being read lies in the
+// tar stream, and whether the read starts at its first byte.
+type fileData struct {
+	start, end int64
+	first      bool
+}
+
+// readSparse fills p with the logical bytes at off of a sparse file whose
+// stored data is file.
+func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk, p []byte, off int64, file fileData) error {
 	// stored[i] is where chunk i's data starts within the stored data.
 	i := sort.Search(len(chunks), func(i int) bool { return chunks[i].Offset+chunks[i].Length > off })
 	var stored int64
@@ -284,7 +303,7 @@ func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk,
 		}
 		c := chunks[i]
 		n := min(int64(len(p)), c.Offset+c.Length-off)
-		if err := r.readStream(ctx, p[:n], int64(e.DataOffset)+stored+off-c.Offset, 0); err != nil {
+		if err := r.readStream(ctx, p[:n], int64(e.DataOffset)+stored+off-c.Offset, file); err != nil {
 			return err
 		}
 		p, off = p[n:], off+n
@@ -294,22 +313,22 @@ func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk,
 	return nil
 }
 
-// readStream fills p from the decoded tar stream at off. A fileEnd past
-// zero says that the read starts a file whose data ends there, and is
-// probably the first of a sequential reader.
-func (r *Reader) readStream(ctx context.Context, p []byte, off int64, fileEnd int64) error {
+// readStream fills p from the decoded tar stream at off, within the data
+// of file. A read that starts a file (file.first) is probably the first of
+// a sequential reader.
+func (r *Reader) readStream(ctx context.Context, p []byte, off int64, file fileData) error {
 	if off < 0 || off+int64(len(p)) > r.TarSize {
 		return fmt.Errorf("%w: range %d+%d beyond the tar stream (%d)", ErrCorrupt, off, len(p), r.TarSize)
 	}
 	if r.Codec == CodecNone {
-		n, err := r.src.ReadAt(ctx, p, off)
-		if err == io.EOF && n == len(p) {
-			err = nil
+		if r.blocks != nil {
+			return r.readPlain(ctx, p, off, file)
 		}
-		if err == nil && n < len(p) {
-			err = io.ErrUnexpectedEOF
-		}
-		return err
+		return readFull(ctx, r.src.ReadAt, p, off)
+	}
+	var fileEnd int64
+	if file.first {
+		fileEnd = file.end
 	}
 	for len(p) > 0 {
 		i := r.span(off)
@@ -317,12 +336,11 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, fileEnd in
 			return fmt.Errorf("%w: no checkpoint before %d", ErrCorrupt, off)
 		}
 		r.readahead(i, fileEnd)
-		c, err := r.spanData(ctx, i, true)
+		c, err := r.spanData(ctx, r.spanRegion(i), true)
 		if err != nil {
 			return err
 		}
-		start := off - int64(r.Checkpoints[i].Out)
-		n := copy(p, c.data[start:])
+		n := copy(p, c.data[off-int64(r.Checkpoints[i].Out):])
 		r.release(c)
 		p, off = p[n:], off+int64(n)
 	}
@@ -376,19 +394,32 @@ func (r *Reader) readahead(i int, fileEnd int64) {
 		}
 		select {
 		case r.slots <- struct{}{}:
-			r.startLocked(j, true)
+			r.startLocked(r.spanRegion(j), true)
 		default:
 			return // every slot busy: readahead waits for no one
 		}
 	}
 }
 
-// spanData returns span i, decoded, with a reference that the caller
-// gives back with release once it no longer reads c.data. touch marks the
-// span as recently used.
-func (r *Reader) spanData(ctx context.Context, i int, touch bool) (*spanCall, error) {
+// region is a piece of the decoded tar stream that the cache holds, in
+// r.spans under key: span key of a compressed archive, or for a plain tar
+// the bytes [start, end) of the archive, keyed by start (plain.go).
+type region struct {
+	key        int
+	start, end int64
+}
+
+// spanRegion returns the region of span i.
+func (r *Reader) spanRegion(i int) region {
+	return region{key: i, start: int64(r.Checkpoints[i].Out), end: r.spanEnd(i)}
+}
+
+// spanData returns region g (span g.key, decoded), with a reference that
+// the caller gives back with release once it no longer reads c.data.
+// touch marks the region as recently used.
+func (r *Reader) spanData(ctx context.Context, g region, touch bool) (*spanCall, error) {
 	r.mu.Lock()
-	c, ok := r.spans[i]
+	c, ok := r.spans[g.key]
 	if ok && c.elem != nil && touch {
 		r.lru.MoveToFront(c.elem)
 	}
@@ -402,7 +433,7 @@ func (r *Reader) spanData(ctx context.Context, i int, touch bool) (*spanCall, er
 			r.mu.Unlock()
 			return nil, errors.New("index: reader closed")
 		}
-		c = r.startLocked(i, false)
+		c = r.startLocked(g, false)
 	}
 	c.refs++
 	r.mu.Unlock()
@@ -433,18 +464,19 @@ func (r *Reader) recycleLocked(c *spanCall) {
 	if c.refs > 0 || !c.evicted || c.data == nil {
 		return
 	}
-	if len(r.free) < maxFreeSpans {
+	// Pieces of a plain tar are as long as the files they hold: their
+	// buffers are not worth keeping.
+	if len(r.free) < maxFreeSpans && r.Codec != CodecNone {
 		r.free = append(r.free, c.data[:0])
 	}
 	c.data = nil
 }
 
-// reserve counts the decoded size of span i in the cache before it is
+// reserve counts size bytes of a region in the cache before it is
 // decoded, evicting what no longer fits, so that spans being decoded come
 // out of the cache's bound rather than on top of it, and returns a kept
 // buffer to decode into (or nil) with the bytes reserved.
-func (r *Reader) reserve(i int) ([]byte, int64) {
-	size := r.spanEnd(i) - int64(r.Checkpoints[i].Out)
+func (r *Reader) reserve(size int64) ([]byte, int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.used += size
@@ -459,12 +491,13 @@ func (r *Reader) reserve(i int) ([]byte, int64) {
 	return buf, size
 }
 
-// startLocked starts decoding span i in a goroutine owned by r, which
-// takes a decode slot first unless the caller holds one (haveSlot). The
-// decode runs under r's context, not a caller's: other readers may be
-// waiting for the same span.
-func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
+// startLocked starts decoding region g (or fetching it, for a plain tar)
+// in a goroutine owned by r, which takes a decode slot first unless the
+// caller holds one (haveSlot). The decode runs under r's context, not a
+// caller's: other readers may be waiting for the same span.
+func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 	c := &spanCall{done: make(chan struct{})}
+	i := g.key
 	r.spans[i] = c
 	r.wg.Add(1)
 	go func() {
@@ -481,8 +514,12 @@ func (r *Reader) startLocked(i int, haveSlot bool) *spanCall {
 		var reserved int64
 		if err == nil {
 			var buf []byte
-			buf, reserved = r.reserve(i)
-			data, err = r.decodeSpan(r.ctx, i, nil, buf)
+			buf, reserved = r.reserve(g.end - g.start)
+			if r.Codec == CodecNone {
+				data, err = r.fetchPiece(r.ctx, g)
+			} else {
+				data, err = r.decodeSpan(r.ctx, i, nil, buf)
+			}
 			<-r.slots
 		}
 		r.mu.Lock()

@@ -259,9 +259,9 @@ func (a *archive) openReader(c *config, log *slog.Logger, localPath string) {
 			"For random access from the archive itself, make a seekable one: tarmount pack URL -o OUT.tar.zst",
 			"src", a.src.String(), "path", localPath, "len", a.ix.TarSize)
 	}
-	// A gzip span is fetched with one exact range request (kept on disk
-	// when there is a disk cache); plain tar reads go through the block
-	// cache.
+	// A compressed span is fetched with one exact range request (kept on
+	// disk when there is a disk cache); plain tar reads choose between
+	// the blocks, with prefetch, and exact ranges (index.BlockSource).
 	var rs index.Source = a.blocks
 	if a.ix.Codec != index.CodecNone {
 		rs = a.blocks.Ranges()
