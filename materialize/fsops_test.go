@@ -2,8 +2,10 @@ package materialize
 
 import (
 	"archive/tar"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -251,5 +253,52 @@ func TestBufList(t *testing.T) {
 	}
 	if got := l.get(); got != nil {
 		t.Errorf("got a buffer of cap %d from an emptied list, want none", cap(got))
+	}
+}
+
+// TestStageSlabs extracts in one pass members that share slabs and one
+// that spans several, with memory budgets of a few slabs and of less than
+// one: every file holds its bytes, written slabs are kept for reuse, and
+// the whole budget is free again at the end.
+func TestStageSlabs(t *testing.T) {
+	var members []tarMember
+	for i := range 300 {
+		body := strings.Repeat(fmt.Sprintf("member %d\n", i), 300+i)
+		members = append(members, tarMember{name: fmt.Sprintf("d%d/f%d", i%7, i), body: body})
+	}
+	members = append(members, tarMember{name: "big", body: strings.Repeat("0123456789abcdef", 160<<10)})
+	tests := []struct {
+		name   string
+		memory int64
+	}{
+		{"four slabs", 4 * stageChunkBytes},
+		{"less than a slab", 64 << 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			archive := filepath.Join(dir, "a.tar")
+			writeTar(t, archive, members, false)
+			out := filepath.Join(dir, "out")
+			j, err := extract(t, archive, out, true, Options{Writers: 3, MemoryBytes: tt.memory})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range members {
+				got, err := os.ReadFile(filepath.Join(out, m.name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != m.body {
+					t.Fatalf("%s: got %d bytes, want %d", m.name, len(got), len(m.body))
+				}
+			}
+			if len(j.slabFree.free) == 0 {
+				t.Error("no written slab was kept for reuse")
+			}
+			if !j.sem.TryAcquire(tt.memory) {
+				t.Error("the memory budget is not free again after the job")
+			}
+		})
 	}
 }

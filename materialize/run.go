@@ -42,6 +42,7 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 	j.view.Store(v)
 
 	// Staged data must be complete before it is moved into place.
+	j.dropSlab()
 	staged := make(chan struct{})
 	go func() {
 		j.stageWG.Wait()
@@ -709,10 +710,11 @@ func (r *spanRef) done() {
 	}
 }
 
-// bufList keeps a few span buffers whose pieces are all written, for the
-// next span reads: decoding into memory that is already mapped saves the
-// allocation and the page faults of a fresh buffer per span. It holds at
-// most max buffers (outside the job's memory bound); others are dropped.
+// bufList keeps a few buffers whose pieces are all written (spans, Stage's
+// slabs), for the next ones: decoding or copying into memory that is
+// already mapped saves the allocation and the page faults of a fresh
+// buffer. It holds at most max buffers (outside the job's memory bound);
+// others are dropped.
 type bufList struct {
 	mu   sync.Mutex
 	max  int
