@@ -49,6 +49,13 @@ type BlockSource interface {
 	Prefetch(off, n int64)
 }
 
+// exactSource reads a BlockSource with exact ranges (ReadRange).
+type exactSource struct{ bs BlockSource }
+
+func (s exactSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return s.bs.ReadRange(ctx, p, off)
+}
+
 // Sizes of plain reads, for an object store with about 20 ms to the first
 // byte and 80 MB/s per connection: one round trip costs as much time as
 // 1.6 MB of transfer, and a 4 MiB block 72 ms.

@@ -199,7 +199,11 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	for i := range r.recent {
 		r.recent[i].span = -2
 	}
-	if bs, ok := src.(BlockSource); ok && ix.Codec == CodecNone {
+	if bs, ok := src.(BlockSource); ok && ix.Codec != CodecNone {
+		// A compressed span is fetched with one exact range request:
+		// whole blocks would fetch more than it holds.
+		r.src = exactSource{bs}
+	} else if ok {
 		r.blocks = bs
 		if opts.shared == nil {
 			r.slots = make(chan struct{}, plainFetchSlots)

@@ -136,9 +136,9 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 // nil (one pass feeding --materialize), then saves the index and makes
 // a.reader as openArchive would, and a.live serves through it.
 func (a *archive) startPass(ctx context.Context, c *config, log *slog.Logger, cached string, stage func(*tarscan.Header, io.Reader) error) {
-	// Reads during the pass fetch exact ranges: the blocks the pass
-	// brought in serve most of them.
-	a.live = index.NewLive(a.blocks.Ranges(), index.ReaderOptions{CacheBytes: c.cacheMem / 2, Logger: log})
+	// Reads during the pass find most of what they need in the blocks
+	// the pass brought in.
+	a.live = index.NewLive(a.blocks, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Logger: log})
 	ctx, a.cancelPass = context.WithCancel(ctx)
 	a.passDone = make(chan struct{})
 	go func() {
@@ -259,13 +259,10 @@ func (a *archive) openReader(c *config, log *slog.Logger, localPath string) {
 			"For random access from the archive itself, make a seekable one: tarmount pack URL -o OUT.tar.zst",
 			"src", a.src.String(), "path", localPath, "len", a.ix.TarSize)
 	}
-	// A compressed span is fetched with one exact range request (kept on
-	// disk when there is a disk cache); plain tar reads choose between
-	// the blocks, with prefetch, and exact ranges (index.BlockSource).
-	var rs index.Source = a.blocks
-	if a.ix.Codec != index.CodecNone {
-		rs = a.blocks.Ranges()
-	}
+	// Through the blocks (index.BlockSource): a compressed span is
+	// fetched with one exact range request (kept on disk when there is a
+	// disk cache); plain tar reads choose between the blocks, with
+	// prefetch, and exact ranges.
 	ropts := index.ReaderOptions{CacheBytes: c.cacheMem / 2, Readahead: c.readahead, Logger: log}
 	if a.local != nil {
 		ropts.Local = a.local
@@ -283,7 +280,7 @@ func (a *archive) openReader(c *config, log *slog.Logger, localPath string) {
 			})
 		}
 	}
-	a.reader = index.NewReader(a.ix, rs, ropts)
+	a.reader = index.NewReader(a.ix, a.blocks, ropts)
 }
 
 // openDiskCache opens the cache on disk of fetched blocks and of whole
