@@ -49,7 +49,7 @@ type Live struct {
 	b       *builder      // the pass's entries and names; nil before the pass starts
 	ix      *Index        // the pass's index: Checkpoints and Digests grow under mu
 	known   int           // checkpoints checked for kindLocal so far
-	local   int           // the first span that only a local copy serves (-1: none yet)
+	local   int           // the first span that only a local copy serves (-1: none yet); reads stop there without opts.Local
 	changed chan struct{} // closed at the next change; nil when nobody waits
 	snap    *liveSnap     // reader over the spans complete when it was made
 	started bool          // the pass has read a member
@@ -78,6 +78,21 @@ type served struct {
 	liveIDs
 }
 
+// growingCopy reads the decoded copy that the pass writes
+// (BuildOptions.Local) while it grows: past its current end it reads
+// zeros, the holes that a sparse write leaves until the copy gets its
+// size. The digests of complete spans check every byte it returns.
+type growingCopy struct{ r io.ReaderAt }
+
+func (g growingCopy) ReadAt(p []byte, off int64) (int, error) {
+	n, err := g.r.ReadAt(p, off)
+	if err == io.EOF {
+		clear(p[n:])
+		return len(p), nil
+	}
+	return n, err
+}
+
 // liveCacheSpans is how many decoded spans a reader of the partial index
 // keeps.
 const liveCacheSpans = 2
@@ -98,6 +113,9 @@ type liveSnap struct {
 // behind it would compete with the pass).
 func NewLive(src Source, opts ReaderOptions) *Live {
 	opts.Readahead = -1
+	if opts.Local != nil {
+		opts.Local = growingCopy{opts.Local}
+	}
 	// One set of decode slots and CPU tokens for all the readers of
 	// the partial index, old ones still reading included.
 	opts.shared = NewReader(&Index{}, nil, ReaderOptions{})
@@ -608,7 +626,7 @@ func (l *Live) coveredLocked() int64 {
 			l.local = l.known
 		}
 	}
-	if l.local >= 0 {
+	if l.local >= 0 && l.opts.Local == nil {
 		done = min(done, l.local)
 	}
 	if done == len(ix.Checkpoints) {

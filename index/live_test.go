@@ -59,22 +59,49 @@ func (g *gatedReader) allow(n int) {
 
 // pass is an index pass running over a gated reader with a Live.
 type pass struct {
-	live *Live
-	gate *gatedReader
-	src  *memSource
-	done chan struct{}
-	ix   *Index
-	err  error
+	live  *Live
+	gate  *gatedReader
+	src   *memSource
+	local *lockedFile // the decoded copy of a stream-only archive, or nil
+	done  chan struct{}
+	ix    *Index
+	err   error
 }
 
-func startPass(t *testing.T, obj []byte, limit int, span int64) *pass {
+// lockedFile is a memFile that the pass writes while the Live reads it.
+type lockedFile struct {
+	mu sync.Mutex
+	f  memFile
+}
+
+func (l *lockedFile) WriteAt(p []byte, off int64) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.WriteAt(p, off)
+}
+
+func (l *lockedFile) ReadAt(p []byte, off int64) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.ReadAt(p, off)
+}
+
+// startPass starts Build over obj, held at limit bytes, publishing to a
+// Live; with local, the pass writes a decoded copy that the Live reads.
+func startPass(t *testing.T, obj []byte, limit int, span int64, local bool) *pass {
 	t.Helper()
 	p := &pass{gate: newGatedReader(obj, limit), src: &memSource{data: obj}, done: make(chan struct{})}
-	p.live = NewLive(p.src, ReaderOptions{})
+	opts := BuildOptions{Span: span}
+	var ropts ReaderOptions
+	if local {
+		p.local = &lockedFile{}
+		opts.Local, ropts.Local = p.local, p.local
+	}
+	p.live = NewLive(p.src, ropts)
+	opts.Live = p.live
 	go func() {
 		defer close(p.done)
-		p.ix, p.err = Build(context.Background(), p.gate, fetch.Identity{Size: int64(len(obj)), ETag: `"x"`},
-			BuildOptions{Span: span, Live: p.live})
+		p.ix, p.err = Build(context.Background(), p.gate, fetch.Identity{Size: int64(len(obj)), ETag: `"x"`}, opts)
 	}()
 	t.Cleanup(func() {
 		p.gate.allow(len(obj))
@@ -101,7 +128,14 @@ func (p *pass) finish(t *testing.T) *Reader {
 	if p.err != nil {
 		t.Fatalf("Build: %v", p.err)
 	}
-	r := NewReader(p.ix, p.src, ReaderOptions{})
+	var ropts ReaderOptions
+	if p.local != nil {
+		p.local.mu.Lock()
+		p.local.f.truncate(p.ix.TarSize)
+		p.local.mu.Unlock()
+		ropts.Local = p.local
+	}
+	r := NewReader(p.ix, p.src, ropts)
 	t.Cleanup(func() { r.Close() })
 	p.live.Serve(r)
 	return r
@@ -169,19 +203,21 @@ func TestLiveServesDuringThePass(t *testing.T) {
 	})
 	const span = 64 << 10
 	for _, c := range []struct {
-		name string
-		make func(t testing.TB, raw []byte) []byte
+		name  string
+		make  func(t testing.TB, raw []byte) []byte
+		local bool // stream-only: read from the decoded copy as it grows
 	}{
-		{"tar", func(_ testing.TB, raw []byte) []byte { return raw }},
-		{"gzip", func(_ testing.TB, raw []byte) []byte { return gzipBytes(raw, 6) }},
-		{"zstd-frames", zstdFrames(256 << 10)},
-		{"lz4", lz4Go(lz4.BlockSizeOption(lz4.Block64Kb))},
+		{"tar", func(_ testing.TB, raw []byte) []byte { return raw }, false},
+		{"gzip", func(_ testing.TB, raw []byte) []byte { return gzipBytes(raw, 6) }, false},
+		{"zstd-frames", zstdFrames(256 << 10), false},
+		{"zstd-one-frame", zstdStream, true},
+		{"lz4", lz4Go(lz4.BlockSizeOption(lz4.Block64Kb)), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			obj := c.make(t, raw)
 			// The pass may read the first third of the object: the
 			// early file and part of the filler.
-			p := startPass(t, obj, len(obj)/3, span)
+			p := startPass(t, obj, len(obj)/3, span, c.local)
 
 			if got := liveRead(t, p.live, "early/a.bin", len(early)); !bytes.Equal(got, early) {
 				t.Fatalf("early/a.bin during the pass: got %d bytes, want its %d", len(got), len(early))
@@ -336,7 +372,7 @@ func TestLiveIDsAcrossServe(t *testing.T) {
 func TestLivePassFails(t *testing.T) {
 	raw := tarBytes(t, []member{{name: "a", data: randomData(1, 1<<20)}, {name: "b", data: randomData(2, 1<<20)}})
 	obj := gzipBytes(raw, 6)
-	p := startPass(t, obj, len(obj)/4, 64<<10)
+	p := startPass(t, obj, len(obj)/4, 64<<10, false)
 	ctx := context.Background()
 	missing := within(func() error { return p.live.WaitName(ctx, RootID, "nope") })
 	blocked(t, missing, "WaitName")
@@ -357,7 +393,7 @@ func TestLivePassFails(t *testing.T) {
 // A cancelled wait returns the context's error.
 func TestLiveWaitCancelled(t *testing.T) {
 	obj := gzipBytes(tarBytes(t, []member{{name: "a", data: randomData(1, 1<<20)}}), 6)
-	p := startPass(t, obj, 100, 64<<10)
+	p := startPass(t, obj, 100, 64<<10, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := within(func() error { return p.live.WaitListing(ctx) })
 	blocked(t, ch, "WaitListing")

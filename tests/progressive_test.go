@@ -106,6 +106,12 @@ type progressiveFixture struct {
 const progressiveLate = "zz-late/filler.txt"
 
 func newProgressiveFixture(t *testing.T, limit float64) *progressiveFixture {
+	return newProgressiveFixtureOf(t, limit, "gzip")
+}
+
+// newProgressiveFixtureOf is newProgressiveFixture with the archive
+// compressed by codec (a corpus.Spec codec), named a.tar.
+func newProgressiveFixtureOf(t *testing.T, limit float64, codec string) *progressiveFixture {
 	t.Helper()
 	work := t.TempDir()
 	f := &progressiveFixture{src: filepath.Join(work, "src"), ref: filepath.Join(work, "ref")}
@@ -129,8 +135,9 @@ func newProgressiveFixture(t *testing.T, limit float64) *progressiveFixture {
 			t.Fatal(err)
 		}
 	}
-	f.archive = filepath.Join(served, "a.tar.gz")
-	corpus.Archive(t, f.src, f.archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	spec := corpus.Spec{Tool: "gnutar", Format: "posix", Codec: codec}
+	f.archive = filepath.Join(served, "a"+spec.Ext())
+	corpus.Archive(t, f.src, f.archive, spec)
 	corpus.Extract(t, f.archive, f.ref)
 	st, err := os.Stat(f.archive)
 	if err != nil {
@@ -139,7 +146,7 @@ func newProgressiveFixture(t *testing.T, limit float64) *progressiveFixture {
 	f.size = st.Size()
 	var base string
 	f.server, base = newHeldServer(t, served, int64(limit*float64(f.size)), f.size-1<<20)
-	f.url = base + "/a.tar.gz"
+	f.url = base + "/" + filepath.Base(f.archive)
 	return f
 }
 
@@ -401,5 +408,29 @@ func TestProgressivePassFails(t *testing.T) {
 	}
 	if isMounted(m.dir) {
 		t.Errorf("%s still mounted after the pass failed", m.dir)
+	}
+}
+
+// TestProgressiveStreamOnly mounts a single-frame .tar.zst (stream-only: no
+// checkpoint inside the frame) while the server holds the pass at 60%: a
+// file near the start is read from the decoded copy the pass is writing,
+// before the pass ends; once it has, the late file and the whole tree read
+// right.
+func TestProgressiveStreamOnly(t *testing.T) {
+	needFUSE(t)
+	f := newProgressiveFixtureOf(t, 0.6, "zstd")
+	m := mount(t, f.url, progressiveArgs(t)...)
+	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
+	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
+	}
+	if f.server.released(f.size) || strings.Contains(m.stderr.String(), "msg=indexed") {
+		t.Fatal("the pass ended before the early file was read")
+	}
+	f.server.setLimit(1 << 62)
+	treecmp.Compare(t, f.ref, m.dir, treecmp.Options{MaxErrors: 20})
+	if !strings.Contains(m.stderr.String(), "stream-only archive") {
+		t.Errorf("the archive was not stream-only:\n%s", m.stderr)
 	}
 }

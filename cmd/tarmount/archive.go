@@ -52,6 +52,7 @@ type archive struct {
 	// indexFrom are set by the pass, and may be read only once passDone
 	// is closed (indexed says so). passErr is why the pass failed.
 	live       *index.Live
+	passLocal  *localWriter // the decoded copy the pass writes, read by live
 	passDone   chan struct{}
 	cancelPass context.CancelFunc
 	passErr    error
@@ -76,6 +77,7 @@ func (a *archive) Close(log *slog.Logger) {
 	if a.passDone != nil {
 		a.stopPass()
 		a.live.Close()
+		a.passLocal.closeReads()
 	}
 	st := a.blocks.Stats()
 	log.Debug("block cache totals", "requests", st.Requests, "bytes", st.BytesFetched, "in_flight", st.InFlight,
@@ -138,7 +140,10 @@ func openArchive(ctx context.Context, url string, c *config, log *slog.Logger, r
 func (a *archive) startPass(ctx context.Context, c *config, log *slog.Logger, cached string, stage func(*tarscan.Header, io.Reader) error) {
 	// Reads during the pass find most of what they need in the blocks
 	// the pass brought in.
-	a.live = index.NewLive(a.blocks, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Logger: log})
+	// A stream-only archive's spans are read from its decoded copy as
+	// the pass writes it.
+	a.passLocal = &localWriter{path: localCopyPath(c.cacheDir, cached), limit: c.cacheDecoded, log: log}
+	a.live = index.NewLive(a.blocks, index.ReaderOptions{CacheBytes: c.cacheMem / 2, Logger: log, Local: a.passLocal})
 	ctx, a.cancelPass = context.WithCancel(ctx)
 	a.passDone = make(chan struct{})
 	go func() {
@@ -231,7 +236,11 @@ func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logg
 // and saves the index at cached.
 func (a *archive) build(ctx context.Context, c *config, log *slog.Logger, cached string, live *index.Live, stage func(*tarscan.Header, io.Reader) error) error {
 	localPath := localCopyPath(c.cacheDir, cached)
-	lw := &localWriter{path: localPath, limit: c.cacheDecoded, log: log}
+	lw := a.passLocal
+	if lw == nil {
+		lw = &localWriter{path: localPath, limit: c.cacheDecoded, log: log}
+		defer lw.closeReads()
+	}
 	defer lw.discard()
 	ix, err := buildIndex(ctx, a, c, log, lw, live, stage)
 	if err != nil {

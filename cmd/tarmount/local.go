@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -43,8 +44,33 @@ type localWriter struct {
 
 	mu      sync.Mutex
 	f       *os.File
-	budget  int64 // bytes this copy may reach
-	evicted bool  // old copies were removed for it already
+	ro      *os.File // the same file, for ReadAt; open until closeReads
+	budget  int64    // bytes this copy may reach
+	evicted bool     // old copies were removed for it already
+}
+
+// ReadAt reads the copy as written so far, for the mount while its index
+// pass runs (index.ReaderOptions.Local of an index.Live): it returns
+// io.EOF past what is written, and reads on after commit. The span digests
+// check what it returns.
+func (w *localWriter) ReadAt(p []byte, off int64) (int, error) {
+	w.mu.Lock()
+	ro := w.ro
+	w.mu.Unlock()
+	if ro == nil {
+		return 0, io.EOF
+	}
+	return ro.ReadAt(p, off)
+}
+
+// closeReads closes the file ReadAt reads.
+func (w *localWriter) closeReads() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ro != nil {
+		w.ro.Close()
+		w.ro = nil
+	}
 }
 
 func (w *localWriter) WriteAt(p []byte, off int64) (int, error) {
@@ -59,7 +85,13 @@ func (w *localWriter) WriteAt(p []byte, off int64) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		w.f = f
+		ro, err := os.Open(f.Name())
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+			return 0, err
+		}
+		w.f, w.ro = f, ro
 		w.budget = w.limit - usedBy(filepath.Dir(w.path), w.f.Name())
 	}
 	if end > w.budget && !w.evicted {
