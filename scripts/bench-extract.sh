@@ -39,6 +39,7 @@ set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
 REPO="$PWD"
+. scripts/lib.sh
 
 RUNS="${RUNS:-5}"
 SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}/tarmount-bench}"
@@ -144,14 +145,7 @@ EOF
 make_datasets
 
 # ----------------------------------------------------------------- server
-"$WORK/httpserve" -dir "$DATA" -addr 127.0.0.1:0 -latency 20ms -rate 80MB >"$WORK/server.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 100); do
-	grep -q 'listening on' "$WORK/server.log" 2>/dev/null && break
-	sleep 0.05
-done
-BASE="$(grep -o 'http://127.0.0.1:[0-9]*' "$WORK/server.log" | head -1)"
-[[ -n "$BASE" ]] || die "server did not start: $(cat "$WORK/server.log")"
+serve_objstore "$WORK/httpserve" "$DATA" "$WORK/server.log" || die "server did not start: $(cat "$WORK/server.log")"
 
 # ------------------------------------------------------------------- runs
 now() { date +%s.%N; }

@@ -100,14 +100,7 @@ for pct in (10, 50, 90):
 [[ ${#PROBES[@]} -eq 3 ]] || die "could not pick the probe files"
 say "probe files: ${PROBES[*]}"
 
-"$WORK/httpserve" -dir "$DATA" -addr 127.0.0.1:0 -latency 20ms -rate 80MB >"$WORK/server.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 100); do
-	grep -q 'listening on' "$WORK/server.log" 2>/dev/null && break
-	sleep 0.05
-done
-BASE="$(grep -o 'http://127.0.0.1:[0-9]*' "$WORK/server.log" | head -1)"
-[[ -n "$BASE" ]] || die "server did not start: $(cat "$WORK/server.log")"
+serve_objstore "$WORK/httpserve" "$DATA" "$WORK/server.log" || die "server did not start: $(cat "$WORK/server.log")"
 URL="$BASE/go.tar.gz"
 
 now() { date +%s.%N; }
