@@ -275,7 +275,7 @@ func (l *Live) Stats() ReaderStats {
 // answers no longer change.
 func (l *Live) Complete() bool { return l.served.Load() != nil }
 
-// wait blocks until the pass changes something, ctx ends or l is closed;
+// waitLocked blocks until the pass changes something, ctx ends or l is closed;
 // it is called with l.mu held and returns with it held.
 func (l *Live) waitLocked(ctx context.Context) error {
 	if l.err != nil {
