@@ -421,7 +421,8 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		Logger: log, Name: c.mountName, FsName: a.src.String(), AllowOther: c.allowOther, Debug: c.debugFUSE,
 		UID: c.uid, GID: c.gid, PartialListings: c.partialListings,
 	}
-	var archive tfs.Archive = a.reader
+	// While the pass runs, a.reader belongs to it: only a.live is read.
+	var archive tfs.Archive
 	switch {
 	case a.live != nil && bg != nil:
 		archive = gatedLive{a.live, bg.gate}
@@ -429,6 +430,8 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		archive = a.live
 	case bg != nil:
 		archive = gatedReader{a.reader, bg.gate}
+	default:
+		archive = a.reader
 	}
 	if bg != nil {
 		fsOpts.Local = bg
