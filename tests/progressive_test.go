@@ -150,6 +150,28 @@ func newProgressiveFixtureOf(t *testing.T, limit float64, codec string) *progres
 	return f
 }
 
+// waitHeld waits until the server holds a request of the pass.
+func (f *progressiveFixture) waitHeld(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for f.server.waiting.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pass never reached the held part of the archive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readEarly checks a file near the start of the archive through m.
+func (f *progressiveFixture) readEarly(t *testing.T, m *mounted) {
+	t.Helper()
+	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
+	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
+	}
+}
+
 // progressiveArgs make blocks and spans small, so that the pass stops
 // close to the server's limit and the early files have their spans.
 func progressiveArgs(t *testing.T) []string {
@@ -170,13 +192,7 @@ func TestProgressiveMount(t *testing.T) {
 	if !strings.Contains(m.stderr.String(), "indexing=true") {
 		t.Fatalf("the mount was not ready before its index:\n%s", m.stderr)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for f.server.waiting.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pass never reached the held part of the archive")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	f.waitHeld(t)
 
 	var mu sync.Mutex
 	var events []string
@@ -185,11 +201,7 @@ func TestProgressiveMount(t *testing.T) {
 		events = append(events, s)
 		mu.Unlock()
 	}
-	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
-	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
-	}
+	f.readEarly(t, m)
 	event("early file read")
 
 	missing := make(chan error, 1)
@@ -348,11 +360,7 @@ func TestProgressiveMaterialize(t *testing.T) {
 	if !strings.Contains(m.stderr.String(), "indexing=true") {
 		t.Fatalf("the mount was not ready before its index:\n%s", m.stderr)
 	}
-	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
-	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
-	}
+	f.readEarly(t, m)
 	if strings.Contains(m.stderr.String(), "msg=indexed") {
 		t.Fatal("the pass ended while the server held it")
 	}
@@ -373,13 +381,7 @@ func TestProgressivePassFails(t *testing.T) {
 	needFUSE(t)
 	f := newProgressiveFixture(t, 0.6)
 	m := mount(t, f.url, progressiveArgs(t)...)
-	deadline := time.Now().Add(time.Minute)
-	for f.server.waiting.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pass never reached the held part of the archive")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	f.waitHeld(t)
 	late := make(chan error, 1)
 	go func() {
 		_, err := os.ReadFile(filepath.Join(m.dir, progressiveLate))
@@ -420,11 +422,7 @@ func TestProgressiveStreamOnly(t *testing.T) {
 	needFUSE(t)
 	f := newProgressiveFixtureOf(t, 0.6, "zstd")
 	m := mount(t, f.url, progressiveArgs(t)...)
-	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
-	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
-	}
+	f.readEarly(t, m)
 	if f.server.released(f.size) || strings.Contains(m.stderr.String(), "msg=indexed") {
 		t.Fatal("the pass ended before the early file was read")
 	}
