@@ -66,8 +66,10 @@ TSV="$OUT/extract-runs.tsv"
 NOTES=()
 
 SERVER_PID=""
+SHM_TREE=""
 cleanup() {
 	local status=$?
+	[[ -z "$SHM_TREE" ]] || rm -rf "$SHM_TREE"
 	if [[ -n "$SERVER_PID" ]]; then
 		kill "$SERVER_PID" 2>/dev/null || true
 		wait "$SERVER_PID" 2>/dev/null || true
@@ -113,7 +115,14 @@ make_datasets() {
 	[[ -f "$DATA/go.tar.lz4" ]] || { lz4 -q -c "$DATA/go.tar" >"$DATA/go.tar.lz4.tmp" && mv "$DATA/go.tar.lz4.tmp" "$DATA/go.tar.lz4"; }
 	if [[ ! -f "$DATA/small.tar.gz" ]]; then
 		say "making small.tar.gz: 200k files"
+		# The source tree lives on tmpfs when there is one: deleting
+		# 200k files from the filesystem the runs write to would slow
+		# every file creation there for minutes (see TRASH below).
 		local tree="$WORK/small-src"
+		if [[ -d /dev/shm && -w /dev/shm ]]; then
+			tree="$(mktemp -d /dev/shm/tarmount-small.XXXXXX)"
+			SHM_TREE="$tree"
+		fi
 		# Deterministic: file i holds its number and 1-2 KB of text
 		# drawn from a fixed seed; fixed mtimes and owners in the tar.
 		python3 - "$tree" <<'EOF'

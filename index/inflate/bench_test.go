@@ -47,7 +47,9 @@ var benchInput = sync.OnceValues(func() ([]byte, error) {
 	return comp.Bytes(), nil
 })
 
-func benchDecode(b *testing.B, open func(io.Reader) (io.Reader, error)) {
+// benchSetup returns the benchmark's input and its decoded size, which
+// it sets as the bytes of one iteration.
+func benchSetup(b *testing.B) ([]byte, int64) {
 	comp, err := benchInput()
 	if err != nil {
 		b.Fatal(err)
@@ -57,6 +59,11 @@ func benchDecode(b *testing.B, open func(io.Reader) (io.Reader, error)) {
 		b.Fatal(err)
 	}
 	b.SetBytes(size)
+	return comp, size
+}
+
+func benchDecode(b *testing.B, open func(io.Reader) (io.Reader, error)) {
+	comp, size := benchSetup(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -88,4 +95,18 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("stdlib", func(b *testing.B) {
 		benchDecode(b, func(r io.Reader) (io.Reader, error) { return stdgzip.NewReader(r) })
 	})
+}
+
+// BenchmarkDecodeInto decodes the whole stream in place, as a span read
+// does from a member start, with no Reader buffers or copies.
+func BenchmarkDecodeInto(b *testing.B) {
+	comp, size := benchSetup(b)
+	dst := make([]byte, size, size+Margin)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := DecodeInto(dst, comp, Checkpoint{Kind: KindMember}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
