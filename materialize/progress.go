@@ -13,8 +13,9 @@ type Progress struct {
 	// stored data: holes of sparse files are not written).
 	Files, Bytes atomic.Int64
 	// Input is the bytes of the archive as stored that were decoded so
-	// far, when the job decodes spans itself.
-	Input atomic.Int64
+	// far, when the job decodes spans itself; Decoded is the bytes of tar
+	// stream those spans held.
+	Input, Decoded atomic.Int64
 	// Entries is the number of entries (every type) placed under DIR.
 	Entries atomic.Int64
 }

@@ -464,6 +464,8 @@ func (j *Job) writeSpans(spans Spans, segs []segment) error {
 				return err
 			}
 			j.prog.Input.Add(spans.Stored(w.i))
+			s, e := spans.Bounds(w.i)
+			j.prog.Decoded.Add(e - s)
 			ref := &spanRef{release: func() {
 				j.spanBufs.put(whole)
 				j.sem.Release(size)

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,9 +82,14 @@ func TestExtractMatchesTarExtract(t *testing.T) {
 				t.Errorf("first extract did not run in one pass:\n%s", out)
 			}
 			treecmp.Compare(t, ref, cold, treecmp.Options{MaxErrors: 20})
+			coldDecoded := summaryDecoded(t, out)
 
 			warm := filepath.Join(work, "warm")
 			out = runExtract(t, url, warm, "--cache-dir", cache, "--write-workers", "3", "--decode-workers", "2")
+			// Spans that hold no file data are not decoded.
+			if d := summaryDecoded(t, out); d <= 0 || d > coldDecoded {
+				t.Errorf("extract with a saved index decoded %.1f MB, want more than 0 and at most the %.1f MB of the one pass:\n%s", d, coldDecoded, out)
+			}
 			streamOnly := tc.spec.Codec == "zstd" || tc.spec.Codec == "xz"
 			if want := "(parallel spans)"; streamOnly {
 				if want = "(one pass)"; !strings.Contains(out, want) {
@@ -105,6 +112,19 @@ func TestExtractMatchesTarExtract(t *testing.T) {
 			m.stop(t)
 		})
 	}
+}
+
+// summaryDecoded returns the MB of tar that extract's summary says it
+// decoded, after checking that the summary has every figure.
+func summaryDecoded(t *testing.T, out string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`fetched [0-9.]+ MB in [0-9]+ requests \([0-9.]+ MB/s\), decoded ([0-9.]+) MB of (tar|gzip|zstd|lz4|bzip2|xz) \([0-9.]+ MB/s\), wrote [0-9.]+ MB/s\n`).FindStringSubmatch(out)
+	if m == nil {
+		t.Errorf("no summary with bytes fetched, decode and write rates:\n%s", out)
+		return 0
+	}
+	d, _ := strconv.ParseFloat(m[1], 64)
+	return d
 }
 
 // waitLog waits until the mount's log has s.
@@ -358,4 +378,51 @@ func BenchmarkMaterializeColdReads(b *testing.B) {
 	b.ReportMetric(float64(w.Microseconds())/1e3, "ms/read-materializing")
 	b.ReportMetric(float64(w)/float64(a), "ratio")
 	b.ReportMetric(float64(lazy)/float64(reads), "lazy-fraction")
+}
+
+// TestExtractManyDirectories extracts, under an open-file limit of 256
+// (soft and hard, so that Go cannot raise it), a GNU tar archive of 3000
+// directories served over HTTP: cold (one pass) and with the saved index,
+// each equal to what tar -x extracts. Extraction keeps at most a quarter of
+// the limit of directories open and opens the others again as it needs
+// them.
+func TestExtractManyDirectories(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("needs bash")
+	}
+	work := t.TempDir()
+	src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
+	os.Mkdir(served, 0o755)
+	for i := range 3000 {
+		d := filepath.Join(src, "top", fmt.Sprintf("a%02d", i%60), fmt.Sprintf("b%04d", i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), []byte(strings.Repeat(fmt.Sprintf("%d\n", i), 1+i%100)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if i%7 == 0 {
+			os.Chmod(d, 0o555)
+		}
+	}
+	archive := filepath.Join(served, "a.tar.gz")
+	if out, err := exec.Command("tar", "-C", src, "-czf", archive, "top").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v: %s", err, out)
+	}
+	corpus.Extract(t, archive, ref)
+	base, _ := serve(t, served)
+	url := base + "/a.tar.gz"
+	cache := filepath.Join(work, "cache")
+	for _, mode := range []string{"one pass", "parallel spans"} {
+		dir := filepath.Join(work, strings.ReplaceAll(mode, " ", "-"))
+		cmd := exec.Command("bash", "-c", `ulimit -n 256 && exec "$@"`, "_", binary, "extract", url, dir, "--cache-dir", cache, "--span", "65536")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: extract under ulimit -n 256: %v\n%s", mode, err, tail(string(out)))
+		}
+		if !strings.Contains(string(out), "("+mode+")") {
+			t.Errorf("extract did not run in %s:\n%s", mode, out)
+		}
+		treecmp.Compare(t, ref, dir, treecmp.Options{SkipRoot: true, MaxErrors: 20})
+	}
 }

@@ -168,11 +168,16 @@ func extractCmd(ctx context.Context, url, dir string, c *config, log *slog.Logge
 	}
 	elapsed := time.Since(start)
 	fetched := src.n.Load()
+	decoded := prog.Decoded.Load() // tar bytes of the spans decoded
+	if spans == nil {
+		decoded = ix.TarSize // the one pass decoded all of it
+	}
 	if !c.mat.quiet {
 		sec := elapsed.Seconds()
-		fmt.Fprintf(stderr, "tarmount: extracted %d files (%s of data, %d entries) into %s in %.2fs (%s): fetched %s in %d requests (%s/s), wrote %s/s\n",
+		rate := func(n int64) string { return mb(int64(float64(n)/sec)) + "/s" }
+		fmt.Fprintf(stderr, "tarmount: extracted %d files (%s of data, %d entries) into %s in %.2fs (%s): fetched %s in %d requests (%s), decoded %s of %s (%s), wrote %s\n",
 			prog.Files.Load(), mb(prog.Bytes.Load()), prog.Entries.Load(), job.Dir(), sec, mode,
-			mb(fetched), src.requests.Load(), mb(int64(float64(fetched)/sec)), mb(int64(float64(prog.Bytes.Load())/sec)))
+			mb(fetched), src.requests.Load(), rate(fetched), mb(decoded), ix.Codec, rate(decoded), rate(prog.Bytes.Load()))
 	}
 	log.Debug("extracted", "elapsed", elapsed, "fetched", fetched, "tar_bytes", ix.TarSize, "codec", ix.Codec.String())
 	return nil
