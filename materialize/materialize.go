@@ -16,7 +16,9 @@
 //	Open(DIR)        check DIR is empty or ours; marker, journal, tmp dir
 //	Stage(h, data)   optional, during a one-pass index build: member data
 //	   |             copied to the writer pool, written to DIR/.tarmount-partial/tmp
-//	Run(ix, spans)   mkdir the tree (while the first spans decode);
+//	Run(ix, spans)   mkdir the tree (while the first spans decode), each
+//	   |             directory kept open for the writers, as many as the
+//	   |             open-file limit allows (dirTable), others reopened;
 //	   |             specials and links; every regular file not in the
 //	   |             journal: staged -> linked into place, else its span
 //	   |             pieces decoded (Decoders at once, in archive order,
@@ -25,7 +27,7 @@
 //	   |             its directory -> owner, mode, xattrs, times -> linked
 //	   |             under its name -> hard links -> journal
 //	   v
-//	directory metadata, syncfs, marker "complete"
+//	directory metadata (children first), syncfs, marker "complete"
 package materialize
 
 import (
@@ -180,7 +182,11 @@ type Job struct {
 	// stageFdBudget (set by Open from RLIMIT_NOFILE) they are named.
 	stageFds      atomic.Int64
 	stageFdBudget int64
-	spanBufs      bufList // buffers of written spans, for the next reads
+	// dirLimit is how many directories Run keeps open at most (set by
+	// Open from RLIMIT_NOFILE, or by tests); more are opened again as
+	// needed (dirTable).
+	dirLimit int
+	spanBufs bufList // buffers of written spans, for the next reads
 	// slab is the buffer Stage copies member data into (only the
 	// goroutine calling Stage uses it; Run lets it go); slabFree holds
 	// slabs whose pieces are all written, for the next ones.
@@ -207,7 +213,7 @@ type Job struct {
 	dirsMu      sync.Mutex
 	dirsCond    sync.Cond   // on dirsMu: broadcast when dirsMade or dirsStopped change
 	dirsStopped bool        // guarded by dirsMu: makeDirs returned
-	dirfd       []int32     // by EntryID: the open directory, -1 for non-directories
+	dirt        *dirTable   // the directories made, open or opened again on demand
 	dirPlain    []bool      // by EntryID: made by this job in a plain directory (plainDir)
 	noTmpfile   atomic.Bool // the filesystem of DIR has no O_TMPFILE
 	extra       map[index.EntryID][]name
@@ -317,17 +323,32 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		return j, nil
 	}
 	j.rootPlain = plainDir(j.rootFd)
-	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
-		// Half of what the process may open: the rest is for the
-		// directories Run keeps open, connections and the cache.
-		j.stageFdBudget = int64(min(lim.Cur, 1<<30) / 2)
-	}
+	j.stageFdBudget, j.dirLimit = fdBudgets(unix.RLIMIT_NOFILE)
 	if err := j.openState(fresh, m.Source == key); err != nil {
 		j.Close()
 		return nil, err
 	}
 	return j, nil
+}
+
+// fdReserve is the descriptors a job leaves to everything but its own
+// staged files and directories: the stage directories, the state files,
+// connections, the caches, the runtime.
+const fdReserve = stageBuckets + 64
+
+// fdBudgets divides what the process may open (resource res, normally
+// RLIMIT_NOFILE), less fdReserve, among a job's descriptors: half for
+// the unnamed files Stage keeps open (beyond, they get names), of which
+// Stage's directories may take half (beyond, files are staged), and a
+// quarter for the directories Run keeps open (beyond, they are opened
+// again as needed; never fewer than 8).
+func fdBudgets(res int) (stageFiles int64, dirs int) {
+	var lim unix.Rlimit
+	if unix.Getrlimit(res, &lim) != nil {
+		return 0, 0 // none kept open; dirTable's default
+	}
+	avail := int64(min(lim.Cur, 1<<30)) - fdReserve
+	return max(avail/2, 0), max(int(avail/4), 8)
 }
 
 // openState writes the marker, makes the state directory with an empty
@@ -729,7 +750,9 @@ func (j *Job) earlyDir(p string) earlyDir {
 		parentPath, base = p[:i], p[i+1:]
 	}
 	if len(j.early) < int(j.stageFdBudget/2) && validName(base) && !(parentPath == "" && base == stateDirName) {
-		if parent := j.earlyDir(parentPath); parent.fd >= 0 {
+		// Counted again once the parents are made: a deep path
+		// makes many at once.
+		if parent := j.earlyDir(parentPath); parent.fd >= 0 && len(j.early) < int(j.stageFdBudget/2) {
 			err := unix.Mkdirat(parent.fd, base, 0o700)
 			if err == nil || err == unix.EEXIST {
 				if err == nil {
@@ -997,10 +1020,8 @@ func (j *Job) Close() error {
 			wf.close() // unnamed staged files Run did not take
 		}
 		j.closeEarly()
-		for _, fd := range j.dirfd {
-			if fd >= 0 && int(fd) != j.rootFd {
-				unix.Close(int(fd))
-			}
+		if j.dirt != nil {
+			j.dirt.closeAll()
 		}
 		for _, fd := range append(j.stageDirs[:], j.tmpFd, j.stateFd, j.rootFd) {
 			if fd >= 0 {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -293,11 +294,12 @@ func TestExtractHostile(t *testing.T) {
 			}
 			for _, cold := range modes {
 				out := filepath.Join(t.TempDir(), "out")
+				// A tree deeper than the open-file limit is more than
+				// os.RemoveAll can take apart; rm removes it without a
+				// descriptor per level (and runs before TempDir's own
+				// cleanup).
+				t.Cleanup(func() { exec.Command("rm", "-rf", out).Run() })
 				if _, err := extract(t, archive, out, cold, Options{}); err != nil {
-					if tc.MayFailExtract != "" && strings.Contains(err.Error(), tc.MayFailExtract) {
-						t.Logf("cold %v: known limit: %.200s", cold, err)
-						continue
-					}
 					t.Fatalf("cold %v: %.2000v", cold, err)
 				}
 				for p, want := range tc.Files {

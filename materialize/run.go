@@ -179,11 +179,7 @@ func (j *Job) planDirs(ix *index.Index) error {
 		j.dirs = queue[1:]
 		j.placeDirs(ix)
 	}
-	j.dirfd = make([]int32, n)
-	for i := range j.dirfd {
-		j.dirfd[i] = -1
-	}
-	j.dirfd[index.RootID] = int32(j.rootFd)
+	j.dirt = newDirTable(ix, j.rootFd, j.dirLimit)
 	j.dirPlain = make([]bool, n)
 	j.dirPlain[index.RootID] = j.rootPlain
 	j.dirsCond.L = &j.dirsMu
@@ -207,19 +203,24 @@ func (j *Job) placeDirs(ix *index.Index) bool {
 }
 
 // makeDirs makes the directories planDirs listed, parents first, and
-// keeps each open. Other goroutines use a directory's dirfd and dirPlain
-// after waitDir.
+// hands each to the directory table. Other goroutines use a directory
+// (dirt.get) and its dirPlain after waitDir.
 func (j *Job) makeDirs(ix *index.Index) error {
 	for k, id := range j.dirs {
 		if j.ctx.Err() != nil {
 			return j.failure()
 		}
 		e := ix.Entry(id)
-		fd, made, err := makeDirBeneath(int(j.dirfd[e.Parent]), e.Name)
+		pfd, err := j.dirt.get(e.Parent)
+		if err != nil {
+			return err
+		}
+		fd, made, err := makeDirBeneath(pfd, e.Name)
+		j.dirt.put(e.Parent)
 		if err != nil {
 			return fmt.Errorf("%s: %w", ix.Path(id), err)
 		}
-		j.dirfd[id] = int32(fd)
+		j.dirt.add(id, fd)
 		j.dirPlain[id] = made && j.dirPlain[e.Parent]
 		j.prog.Entries.Add(1)
 		j.dirsMu.Lock()
@@ -252,12 +253,17 @@ func (j *Job) waitDir(id index.EntryID) error {
 	return fmt.Errorf("materialize: directory %d was not made", id)
 }
 
-// parentFd returns the open directory that holds the first name of e.
+// parentFd returns the open directory that holds the first name of e,
+// in use until the caller puts it back (j.dirt.put(e.Parent)).
 func (j *Job) parentFd(ix *index.Index, id index.EntryID, e *index.Entry) (int, error) {
-	if int(e.Parent) >= len(j.dirfd) || j.dirfd[e.Parent] < 0 || !validName(e.Name) {
+	if !validName(e.Name) {
 		return -1, fmt.Errorf("%w: entry %d (%s) has no directory", index.ErrBadIndex, id, ix.Path(id))
 	}
-	return int(j.dirfd[e.Parent]), nil
+	fd, err := j.dirt.get(e.Parent)
+	if err != nil {
+		return -1, fmt.Errorf("entry %d (%s): %w", id, ix.Path(id), err)
+	}
+	return fd, nil
 }
 
 // segment is stored data of a file: tar stream bytes [start, end) that go
@@ -302,7 +308,12 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 			// Already in place, by Stage (unplace saw to the path).
 			wf.placed, wf.meta = true, sf.meta
 			wf.opener = func(w *wfile) (int, error) {
-				fd, err := unix.Openat(int(j.dirfd[e.Parent]), e.Name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+				pfd, err := j.parentFd(ix, id, e)
+				if err != nil {
+					return -1, err
+				}
+				fd, err := unix.Openat(pfd, e.Name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+				j.dirt.put(e.Parent)
 				if err != nil {
 					return -1, fmt.Errorf("open %s: %w", w.path, err)
 				}
@@ -378,12 +389,18 @@ func (j *Job) createFile(w *wfile, e *index.Entry) (int, error) {
 		return -1, err
 	}
 	if !j.noTmpfile.Load() {
-		dir := int(j.dirfd[e.Parent])
+		dir, err := j.dirt.get(e.Parent)
+		if err != nil {
+			return -1, err
+		}
 		perm, mk := j.meta.createPerm(e.Mode, j.dirPlain[e.Parent])
 		fd, err := unix.Openat(dir, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
+		j.dirt.put(e.Parent)
 		switch err {
 		case nil:
-			w.dir, w.made, w.anon = dir, mk, true
+			// Linked under its name by place, in the directory as
+			// finishFile gets it then.
+			w.dir, w.made, w.anon = -1, mk, true
 			if err := presize(fd, w.size, w.sparse); err != nil {
 				unix.Close(fd)
 				return -1, err
@@ -502,6 +519,7 @@ func (j *Job) finishFile(ix *index.Index, v *view, wf *wfile) error {
 	if err != nil {
 		return err
 	}
+	defer j.dirt.put(e.Parent)
 	defer wf.close()
 	fd := -1
 	xattrs := ix.Xattrs(id)
@@ -571,11 +589,13 @@ func (j *Job) linkNames(ix *index.Index, id index.EntryID, e *index.Entry, pfd i
 		if err := j.waitDir(n.dir); err != nil {
 			return err
 		}
-		dfd := j.dirfd[n.dir]
-		if dfd < 0 {
-			continue
+		dfd, err := j.dirt.get(n.dir)
+		if err != nil {
+			return err
 		}
-		if err := linkInto(pfd, e.Name, int(dfd), n.name, j.tmpFd, fmt.Sprintf("h%d-%d", id, k)); err != nil {
+		err = linkInto(pfd, e.Name, dfd, n.name, j.tmpFd, fmt.Sprintf("h%d-%d", id, k))
+		j.dirt.put(n.dir)
+		if err != nil {
 			return fmt.Errorf("%s: %w", path.Join(ix.Path(n.dir), n.name), err)
 		}
 		j.prog.Entries.Add(1)
@@ -624,6 +644,7 @@ func (j *Job) writeSpecial(ix *index.Index, id index.EntryID, e *index.Entry) er
 	if err != nil {
 		return err
 	}
+	defer j.dirt.put(e.Parent)
 	if err := renameInto(j.tmpFd, tmp, pfd, e.Name); err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
@@ -648,23 +669,28 @@ func (j *Job) finish(ix *index.Index) error {
 	if err := j.jr.Close(); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	for i := 1; i < ix.Len(); i++ {
-		id := index.EntryID(i)
-		if fd := j.dirfd[id]; fd >= 0 {
-			// A directory this job made is the job's, with mode 0700.
-			mk := made{ok: j.dirPlain[id], mode: 0o700 &^ j.meta.umask}
-			// The path only for a message: one per directory of a deep
-			// tree would cost its depth squared.
-			p := func() string { return j.pathOf(ix, id) }
-			if err := setMetaFd(int(fd), ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, p); err != nil {
-				return err
-			}
-			// Done with it: a mount serves the complete tree through
-			// root, and must not hold a descriptor per directory for
-			// as long as it stays mounted.
-			unix.Close(int(fd))
-			j.dirfd[id] = -1
+	// Children before their parents: a directory whose mode the
+	// archive takes away search or write from is done with by then.
+	for k := len(j.dirs) - 1; k >= 0; k-- {
+		id := j.dirs[k]
+		fd, err := j.dirt.get(id)
+		if err != nil {
+			return err
 		}
+		// A directory this job made is the job's, with mode 0700.
+		mk := made{ok: j.dirPlain[id], mode: 0o700 &^ j.meta.umask}
+		// The path only for a message: one per directory of a deep
+		// tree would cost its depth squared.
+		p := func() string { return j.pathOf(ix, id) }
+		err = setMetaFd(fd, ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, p)
+		j.dirt.put(id)
+		if err != nil {
+			return err
+		}
+		// Done with it: a mount serves the complete tree through
+		// root, and must not hold a descriptor per directory for as
+		// long as it stays mounted.
+		j.dirt.drop(id)
 	}
 	for i, fd := range append(j.stageDirs[:], j.tmpFd, j.stateFd) {
 		unix.Close(fd)
