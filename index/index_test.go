@@ -617,8 +617,10 @@ func TestReadahead(t *testing.T) {
 		}
 	}
 
-	// The window grows while reads stay sequential: 0, 1, 2, 4 spans.
+	// The window grows while reads stay sequential: 0, 1, 2, 4 spans
+	// (slots to spare, whatever the number of cores).
 	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 4})
+	r.slots = make(chan struct{}, 16)
 	defer r.Close()
 	for _, step := range []struct {
 		span int
@@ -668,6 +670,84 @@ func TestReadahead(t *testing.T) {
 	read(off, 6)
 	if got := started(off); fmt.Sprint(got) != "[5 6]" {
 		t.Errorf("readahead off: spans %v, want [5 6]", got)
+	}
+}
+
+// gatedSource serves data, but holds a read whose offset allow refuses
+// until open is closed.
+type gatedSource struct {
+	data  []byte
+	allow func(off int64) bool
+	open  chan struct{}
+}
+
+func (g *gatedSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if !g.allow(off) {
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return (&memSource{data: g.data}).ReadAt(ctx, p, off)
+}
+
+// TestReadaheadLeavesASlot checks that readahead never takes the last free
+// decode slot: with every readahead fetch stalled, a sequential read and a
+// seek elsewhere still get their spans, instead of queueing behind them.
+func TestReadaheadLeavesASlot(t *testing.T) {
+	data := randomData(12, 3<<20)
+	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
+	ix := build(t, obj, 128<<10)
+	if len(ix.Checkpoints) < 21 {
+		t.Fatalf("got %d checkpoints, want at least 21", len(ix.Checkpoints))
+	}
+	id, _ := ix.LookupPath("f")
+	base := int64(ix.Entry(id).DataOffset)
+	// Spans 0-4 and 20 are served; the ones readahead wants stall.
+	spanOf := func(off int64) int {
+		for i := len(ix.Checkpoints) - 1; i >= 0; i-- {
+			if int64(ix.Checkpoints[i].In) <= off {
+				return i
+			}
+		}
+		return 0
+	}
+	src := &gatedSource{data: obj, open: make(chan struct{}),
+		allow: func(off int64) bool { s := spanOf(off); return s <= 4 || s == 20 }}
+	defer close(src.open)
+	r := NewReader(ix, src, ReaderOptions{Readahead: 8})
+	r.slots = make(chan struct{}, 4)
+	defer r.Close()
+	read := func(span int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		off := max(int64(ix.Checkpoints[span].Out)-base+10, 0)
+		_, err := r.ReadAt(ctx, id, make([]byte, 100), off)
+		return err
+	}
+	// Sequential reads grow the window past the slots, and readahead
+	// fetches of spans after 4 stall, holding their slots. Each step
+	// waits for the spans that are served, so that the next readahead
+	// finds every other slot free.
+	for _, span := range []int{0, 1, 2, 3, 4, 4} {
+		if err := read(span); err != nil {
+			t.Fatalf("sequential read in span %d, readahead stalled: %v", span, err)
+		}
+		for k := 0; k <= 4; k++ {
+			r.mu.Lock()
+			c := r.spans[k]
+			r.mu.Unlock()
+			if c != nil {
+				<-c.done
+			}
+		}
+	}
+	if err := read(20); err != nil {
+		t.Fatalf("a read elsewhere, readahead stalled: %v", err)
+	}
+	if n := len(r.slots); n > cap(r.slots)-1 {
+		t.Errorf("%d of %d slots held by readahead, want at most %d", n, cap(r.slots), cap(r.slots)-1)
 	}
 }
 

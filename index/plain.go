@@ -158,7 +158,7 @@ func (r *Reader) readPlain(ctx context.Context, p []byte, off int64, file fileDa
 // readPiece copies into p the bytes at off of piece g, fetching it unless
 // it is cached or being fetched, and returns how many it copied.
 func (r *Reader) readPiece(ctx context.Context, g region, p []byte, off int64) (int, error) {
-	c, err := r.spanData(ctx, g, true)
+	c, err := r.spanData(ctx, g, true, nil)
 	if err != nil {
 		return 0, err
 	}

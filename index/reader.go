@@ -339,8 +339,9 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, file fileD
 		if i < 0 {
 			return fmt.Errorf("%w: no checkpoint before %d", ErrCorrupt, off)
 		}
-		r.readahead(i, fileEnd)
-		c, err := r.spanData(ctx, r.spanRegion(i), true)
+		// The span waited for is started first, then the readahead:
+		// its fetch and decode go ahead of theirs.
+		c, err := r.spanData(ctx, r.spanRegion(i), true, func() { r.readahead(i, fileEnd) })
 		if err != nil {
 			return err
 		}
@@ -396,6 +397,12 @@ func (r *Reader) readahead(i int, fileEnd int64) {
 		if _, ok := r.spans[j]; ok {
 			continue
 		}
+		// The last free slot is left to the reads being waited for
+		// (the one that called, whose span was just started, and the
+		// next): readahead never makes a foreground read queue.
+		if len(r.slots) >= cap(r.slots)-1 {
+			return
+		}
 		select {
 		case r.slots <- struct{}{}:
 			r.startLocked(r.spanRegion(j), true)
@@ -420,8 +427,9 @@ func (r *Reader) spanRegion(i int) region {
 
 // spanData returns region g (span g.key, decoded), with a reference that
 // the caller gives back with release once it no longer reads c.data.
-// touch marks the region as recently used.
-func (r *Reader) spanData(ctx context.Context, g region, touch bool) (*spanCall, error) {
+// touch marks the region as recently used. then, if not nil, is called
+// once g is started (or found), before waiting for it.
+func (r *Reader) spanData(ctx context.Context, g region, touch bool, then func()) (*spanCall, error) {
 	r.mu.Lock()
 	c, ok := r.spans[g.key]
 	if ok && c.elem != nil && touch {
@@ -441,6 +449,9 @@ func (r *Reader) spanData(ctx context.Context, g region, touch bool) (*spanCall,
 	}
 	c.refs++
 	r.mu.Unlock()
+	if then != nil {
+		then()
+	}
 	select {
 	case <-c.done:
 		if c.err != nil {
