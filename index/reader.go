@@ -127,8 +127,9 @@ func (r *Reader) Stats() ReaderStats {
 type readSeq struct{ span, window int }
 
 // decodeSlots is the number of spans fetched and decoded at once: a few
-// per core keeps every core busy while fetches wait on the network.
-func decodeSlots() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+// per core keeps every core busy while fetches wait on the network, and
+// one more, which readahead leaves to the reads being waited for.
+func decodeSlots() int { return max(4, 2*runtime.GOMAXPROCS(0)) + 1 }
 
 // recentSpans is how many recent reads are remembered to tell sequential
 // readers (a read in the span after, or in the same span as, a recent
@@ -358,8 +359,9 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, file fileD
 // window of spans: a read in the span after its last one doubles the
 // window, up to r.ahead; a read in the same span keeps it; any other read
 // is a seek and starts a new reader with no readahead. A read that starts
-// a file ending at fileEnd beyond span i starts with a window of two,
-// limited to the file.
+// a file ending at fileEnd beyond span i starts with the whole window,
+// limited to the file: a cold sequential read of a 26 MB file through a
+// mount over object storage went from 169 to 192 MB/s (window of two).
 func (r *Reader) readahead(i int, fileEnd int64) {
 	if r.ahead == 0 {
 		return
@@ -384,7 +386,7 @@ func (r *Reader) readahead(i int, fileEnd int64) {
 		window = e.window
 	default:
 		if fileEnd > r.spanEnd(i) {
-			window = min(2, r.ahead)
+			window = r.ahead
 			limit = r.span(fileEnd - 1)
 		}
 		r.recent[r.next] = readSeq{span: i, window: window}
