@@ -17,7 +17,12 @@
 #
 # Every tool writes into a fresh directory on the same filesystem; `sync`
 # and a drop of the page cache run (untimed) before each timed run so that
-# the previous run does not slow the next. Tools alternate within each round; the
+# the previous run does not slow the next. The trees are deleted when the
+# script exits: on ext4 without a journal, file creation stays slow for
+# several minutes after that (a run started 11 minutes after the 5.4
+# million inodes of a full run were deleted had its go.tar.gz rows 8-67%
+# slower, tarmount's one-pass extraction the most), so leave a quarter of
+# an hour between two runs. Tools alternate within each round; the
 # table gives the median of RUNS runs (and min-max). Rows of a codec that
 # tarmount reports unsupported are skipped for tarmount with a note; the
 # peers still run.
