@@ -59,6 +59,7 @@ type config struct {
 	mountTimeout   time.Duration
 	indexTimeout   time.Duration
 	keep           bool
+	sharedFS       bool // extract into the work dir's filesystem, not a new one per run
 	render         string
 	metaExtra      []string
 	datasetsOnly   bool
@@ -135,6 +136,7 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&c.mountTimeout, "mount-timeout", 2*time.Minute, "longest a mount with a saved index may take to answer")
 	flag.DurationVar(&c.indexTimeout, "index-timeout", 15*time.Minute, "longest a mount without an index may take to answer")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work dir (logs, caches)")
+	flag.BoolVar(&c.sharedFS, "shared-fs", false, "scenario 5: extract into the work dir's filesystem (deleting each run's trees and waiting 40 s) instead of a new ext4 filesystem per run on a loop device")
 	flag.StringVar(&c.render, "render", "", "only render the reports from this runs.jsonl")
 	flag.StringVar(&meta, "meta", "", "extra 'key=value' lines for the report, separated by ';'")
 	flag.BoolVar(&c.datasetsOnly, "datasets-only", false, "make the datasets and stop")
@@ -628,7 +630,7 @@ var standingNotes = []string{
 	"\"vs best peer\" is the row's median over the best peer's in its group (for MB/s: the peer's rate over the row's), so below 1 is better than every peer.",
 	"The CLI-decode reference (`curl URL | DECODER | wc -c`) of scenario 1 also serves as scenario 4's reference, from the same run; its MB/s counts the whole tar stream.",
 	"Scenario 3 reads each chosen file once with one read of the whole file, on a fresh mount with the saved index, in a fixed random order; the files (below 64 KiB, up to -reads of them) lie at least 5 MiB apart in the tar stream, so that no read finds its data decoded by an earlier one; p50/p99 are per file, and \"fetched\" covers all the reads.",
-	"Extraction runs `sync` and drops the page cache (untimed, as root) before each run and writes to the scratch filesystem; the check is the count of regular files. --materialize runs with the saved index, from process start until its log says msg=materialized.",
+	"Extraction runs `sync` and drops the page cache (untimed, as root) before each run; each run of the tools writes to a new ext4 filesystem of its own (an image on a loop device with direct I/O, with a journal when the scratch filesystem has one), kept until the run ends and then deleted, so that no run creates files right after a large deletion (-shared-fs: the scratch filesystem itself, trees deleted after each run and a 40 s wait); the check is the count of regular files. --materialize runs with the saved index, from process start until its log says msg=materialized.",
 	"Scenario 6 runs `GOROOT=R R/bin/go version` and `go build` of a hello-world module (GOCACHE fresh each run, CGO_ENABLED=0, GOTOOLCHAIN=local); the local tree is `tar -x` of the same archive, warm in the page cache.",
 	"A single-frame .tar.zst cannot be entered in the middle: tarmount's first pass decodes it to its cache dir, so warm mounts serve reads from that local copy (fetched 0).",
 	"Peak RSS is VmHWM of the mount process (tarmount, or ratarmount's python), read just before it is stopped.",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -473,22 +474,40 @@ func curlTar(codec string) string {
 func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 	_, dec := decoder(cb.codec)
 	tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd", "lz4": "", "tar": ""}[cb.codec]
-	parent := filepath.Join(s.work, "x")
+	tools := inOrder(run, s.extractTools(cb.codec)...)
+	// The trees of this run go to a filesystem of their own (scratchFS),
+	// kept until the run ends: ext4 checks every inode freed in the last
+	// minutes when it allocates one (recently_deleted under ext4_create),
+	// so a run that starts after big trees were deleted pays for it
+	// (tarmount's one-pass extraction of 200k small files: 18 s after a
+	// fresh rm -rf, 8.6 s without one).
+	root := s.work
+	f := cb.d.facts
+	perTree := f.TarBytes + int64(f.Files+f.Dirs)*4096
+	fsys, err := (*scratchFS)(nil), errors.New("-shared-fs")
+	if !s.c.sharedFS {
+		fsys, err = newScratchFS(ctx, s.work, int64(len(tools)+1)*perTree*5/4+1<<30, int64(len(tools)+1)*int64(f.Entries+100)*5/4+1<<14)
+	}
+	if err == nil {
+		defer fsys.close()
+		root = fsys.dir
+	} else {
+		if run == 1 && !s.c.sharedFS {
+			warnf("scenario 5 on %s %s: no filesystem of its own (%v): extracting into %s", cb.d.name, cb.codec, err, s.work)
+		}
+		// Trees are deleted after the run, followed by a wait that
+		// undoes some of it.
+		defer func() {
+			os.RemoveAll(filepath.Join(root, "trash"))
+			exec.Command("sync").Run()
+			time.Sleep(40 * time.Second)
+		}()
+	}
+	parent := filepath.Join(root, "x")
 	dest := filepath.Join(parent, "dest")
 	dl := filepath.Join(parent, "dl")
-	// Trees of earlier runs are moved aside and deleted only after this
-	// scenario's runs, followed by a wait: ext4 checks every inode freed
-	// in the last seconds when it allocates one (recently_deleted under
-	// ext4_create), so a run that starts right after a big tree was
-	// deleted pays for it (tarmount's one-pass extraction of 200k small
-	// files: 18 s after a fresh rm -rf, 8.6 s without one).
-	trash := filepath.Join(s.work, "trash")
-	defer func() {
-		os.RemoveAll(trash)
-		exec.Command("sync").Run()
-		time.Sleep(40 * time.Second)
-	}()
-	for i, tool := range inOrder(run, s.extractTools(cb.codec)...) {
+	trash := filepath.Join(root, "trash")
+	for i, tool := range tools {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"hash/crc32"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -189,5 +194,46 @@ func BenchmarkTextFill(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g.fill(p)
+	}
+}
+
+// TestScratchFS makes a filesystem of its own in a loop-mounted image,
+// writes to it, and removes it: nothing is left, the loop device included.
+func TestScratchFS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (losetup, mount)")
+	}
+	for _, c := range []string{"losetup", "mkfs.ext4", "findmnt"} {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skipf("needs %s", c)
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("no loop devices here")
+	}
+	work := t.TempDir()
+	// Not a whole number of sectors: rounded up to whole MiB.
+	f, err := newScratchFS(context.Background(), work, 64<<20+100, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st, wst syscall.Stat_t
+	if err := syscall.Stat(f.dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Stat(work, &wst)
+	if st.Dev == wst.Dev {
+		t.Errorf("%s is on the work dir's filesystem, want one of its own", f.dir)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "a"), []byte("hello"), 0o644); err != nil {
+		t.Error(err)
+	}
+	loop := f.loop
+	f.close()
+	if _, err := os.Stat(f.img); !os.IsNotExist(err) {
+		t.Errorf("image %s still there: %v", f.img, err)
+	}
+	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), f.img) {
+		t.Errorf("loop device %s still attached: %s", loop, out)
 	}
 }
