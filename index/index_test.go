@@ -578,17 +578,25 @@ func headerFor(name string, flag byte, mode, mtime int64, xattrs map[string]stri
 	return h
 }
 
+// readaheadArchive returns a .tar.gz of one 3 MiB file "f" of random
+// data, its index with spans of 128 KiB (at least spans of them), the
+// file's id and where its data starts in the tar stream.
+func readaheadArchive(t *testing.T, spans int) (data, obj []byte, ix *Index, id EntryID, base int64) {
+	t.Helper()
+	data = randomData(12, 3<<20)
+	obj = gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
+	ix = build(t, obj, 128<<10)
+	if len(ix.Checkpoints) < spans {
+		t.Fatalf("got %d checkpoints, want at least %d", len(ix.Checkpoints), spans)
+	}
+	id, _ = ix.LookupPath("f")
+	return data, obj, ix, id, int64(ix.Entry(id).DataOffset)
+}
+
 // TestReadahead checks that reading two spans in order starts decoding the
 // next ones, and that a random read does not.
 func TestReadahead(t *testing.T) {
-	data := randomData(12, 3<<20)
-	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
-	ix := build(t, obj, 128<<10)
-	if len(ix.Checkpoints) < 10 {
-		t.Fatalf("got %d checkpoints, want at least 10", len(ix.Checkpoints))
-	}
-	id, _ := ix.LookupPath("f")
-	base := int64(ix.Entry(id).DataOffset)
+	data, obj, ix, id, base := readaheadArchive(t, 10)
 	started := func(r *Reader) []int {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -698,14 +706,7 @@ func (g *gatedSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 // decode slot: with every readahead fetch stalled, a sequential read and a
 // seek elsewhere still get their spans, instead of queueing behind them.
 func TestReadaheadLeavesASlot(t *testing.T) {
-	data := randomData(12, 3<<20)
-	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
-	ix := build(t, obj, 128<<10)
-	if len(ix.Checkpoints) < 21 {
-		t.Fatalf("got %d checkpoints, want at least 21", len(ix.Checkpoints))
-	}
-	id, _ := ix.LookupPath("f")
-	base := int64(ix.Entry(id).DataOffset)
+	_, obj, ix, id, base := readaheadArchive(t, 21)
 	// Spans 0-4 and 20 are served; the ones readahead wants stall.
 	spanOf := func(off int64) int {
 		for i := len(ix.Checkpoints) - 1; i >= 0; i-- {
