@@ -61,11 +61,25 @@ func newDirTable(ix *index.Index, rootFd, limit int) *dirTable {
 func (t *dirTable) add(id index.EntryID, fd int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.fd[id], t.made[id] = int32(fd), true
-	t.open++
-	t.maxOpen = max(t.maxOpen, t.open)
+	t.made[id] = true
+	t.openedLocked(id, fd)
 	t.pushLocked(id)
 	t.trimLocked()
+}
+
+// openedLocked records that directory id is open at fd.
+func (t *dirTable) openedLocked(id index.EntryID, fd int) {
+	t.fd[id] = int32(fd)
+	t.open++
+	t.maxOpen = max(t.maxOpen, t.open)
+}
+
+// closeLocked closes open directory id, which is not in use.
+func (t *dirTable) closeLocked(id index.EntryID) {
+	t.unlinkLocked(id)
+	unix.Close(int(t.fd[id]))
+	t.fd[id] = -1
+	t.open--
 }
 
 // get returns the open descriptor of directory id, which add recorded,
@@ -129,9 +143,8 @@ func (t *dirTable) reopenLocked(id index.EntryID) error {
 		e := t.ix.Entry(d)
 		fd, err := openDirBeneath(int(t.fd[e.Parent]), e.Name)
 		if err == nil {
-			t.fd[d], t.refs[d] = int32(fd), 1
-			t.open++
-			t.maxOpen = max(t.maxOpen, t.open)
+			t.openedLocked(d, fd)
+			t.refs[d] = 1
 			t.reopened++
 		}
 		t.unpinLocked(e.Parent)
@@ -147,11 +160,7 @@ func (t *dirTable) reopenLocked(id index.EntryID) error {
 // while more than limit are open.
 func (t *dirTable) trimLocked() {
 	for t.open > t.limit && t.head >= 0 {
-		d := index.EntryID(t.head)
-		t.unlinkLocked(d)
-		unix.Close(int(t.fd[d]))
-		t.fd[d] = -1
-		t.open--
+		t.closeLocked(index.EntryID(t.head))
 	}
 }
 
@@ -197,10 +206,7 @@ func (t *dirTable) drop(id index.EntryID) {
 		return
 	}
 	if t.fd[id] >= 0 {
-		t.unlinkLocked(id)
-		unix.Close(int(t.fd[id]))
-		t.fd[id] = -1
-		t.open--
+		t.closeLocked(id)
 	}
 	t.made[id] = false
 }

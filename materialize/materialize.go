@@ -323,7 +323,7 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		return j, nil
 	}
 	j.rootPlain = plainDir(j.rootFd)
-	j.stageFdBudget, j.dirLimit = fdBudgets(unix.RLIMIT_NOFILE)
+	j.stageFdBudget, j.dirLimit = fdBudgets()
 	if err := j.openState(fresh, m.Source == key); err != nil {
 		j.Close()
 		return nil, err
@@ -336,15 +336,15 @@ func Open(dir, key string, opts Options) (*Job, error) {
 // connections, the caches, the runtime.
 const fdReserve = stageBuckets + 64
 
-// fdBudgets divides what the process may open (resource res, normally
-// RLIMIT_NOFILE), less fdReserve, among a job's descriptors: half for
+// fdBudgets divides what the process may open (RLIMIT_NOFILE), less
+// fdReserve, among a job's descriptors: half for
 // the unnamed files Stage keeps open (beyond, they get names), of which
 // Stage's directories may take half (beyond, files are staged), and a
 // quarter for the directories Run keeps open (beyond, they are opened
 // again as needed; never fewer than 8).
-func fdBudgets(res int) (stageFiles int64, dirs int) {
+func fdBudgets() (stageFiles int64, dirs int) {
 	var lim unix.Rlimit
-	if unix.Getrlimit(res, &lim) != nil {
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
 		return 0, 0 // none kept open; dirTable's default
 	}
 	avail := int64(min(lim.Cur, 1<<30)) - fdReserve
@@ -749,9 +749,9 @@ func (j *Job) earlyDir(p string) earlyDir {
 	if i := strings.LastIndexByte(p, '/'); i >= 0 {
 		parentPath, base = p[:i], p[i+1:]
 	}
-	if len(j.early) < int(j.stageFdBudget/2) && validName(base) && !(parentPath == "" && base == stateDirName) {
-		// Counted again once the parents are made: a deep path
-		// makes many at once.
+	if validName(base) && !(parentPath == "" && base == stateDirName) {
+		// Counted once the parents are made: a deep path makes many
+		// at once. Past the budget they fail (fd -1) and are kept so.
 		if parent := j.earlyDir(parentPath); parent.fd >= 0 && len(j.early) < int(j.stageFdBudget/2) {
 			err := unix.Mkdirat(parent.fd, base, 0o700)
 			if err == nil || err == unix.EEXIST {

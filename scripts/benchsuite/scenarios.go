@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -484,17 +483,18 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 	root := s.work
 	f := cb.d.facts
 	perTree := f.TarBytes + int64(f.Files+f.Dirs)*4096
-	fsys, err := (*scratchFS)(nil), errors.New("-shared-fs")
+	var fsys *scratchFS
 	if !s.c.sharedFS {
+		var err error
 		fsys, err = newScratchFS(ctx, s.work, int64(len(tools)+1)*perTree*5/4+1<<30, int64(len(tools)+1)*int64(f.Entries+100)*5/4+1<<14)
+		if err != nil && run == 1 {
+			warnf("scenario 5 on %s %s: no filesystem of its own (%v): extracting into %s", cb.d.name, cb.codec, err, s.work)
+		}
 	}
-	if err == nil {
+	if fsys != nil {
 		defer fsys.close()
 		root = fsys.dir
 	} else {
-		if run == 1 && !s.c.sharedFS {
-			warnf("scenario 5 on %s %s: no filesystem of its own (%v): extracting into %s", cb.d.name, cb.codec, err, s.work)
-		}
 		// Trees are deleted after the run, followed by a wait that
 		// undoes some of it.
 		defer func() {

@@ -39,7 +39,7 @@ func newScratchFS(ctx context.Context, work string, bytes, inodes int64) (*scrat
 	err = img.Truncate((bytes + 1<<20 - 1) &^ (1<<20 - 1)) // whole MiB: whole sectors for the loop device
 	img.Close()
 	if err != nil {
-		os.Remove(f.img)
+		f.close()
 		return nil, err
 	}
 	features := "^has_journal"
@@ -50,20 +50,20 @@ func newScratchFS(ctx context.Context, work string, bytes, inodes int64) (*scrat
 	// runs (lazy_itable_init).
 	if out, err := runCmd(ctx, 5*time.Minute, nil, "", "mkfs.ext4", "-F", "-q", "-O", features,
 		"-N", strconv.FormatInt(inodes, 10), "-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard", f.img); err != nil {
-		os.Remove(f.img)
+		f.close()
 		return nil, fmt.Errorf("mkfs.ext4: %v: %s", err, lastLine(out))
 	}
 	// Direct I/O: the image's pages are not cached a second time by the
 	// host filesystem.
 	out, err := runCmd(ctx, time.Minute, nil, "", "losetup", "--find", "--show", "--direct-io=on", f.img)
 	if err != nil {
-		os.Remove(f.img)
+		f.close()
 		return nil, fmt.Errorf("losetup: %v: %s", err, lastLine(out))
 	}
 	// The device comes last; warnings may come before it.
 	words := strings.Fields(out)
 	if len(words) == 0 || !strings.HasPrefix(words[len(words)-1], "/dev/") {
-		os.Remove(f.img)
+		f.close()
 		return nil, fmt.Errorf("losetup printed no device: %s", lastLine(out))
 	}
 	f.loop = words[len(words)-1]
@@ -87,11 +87,11 @@ func hostJournal(ctx context.Context, dir string) bool {
 }
 
 // close unmounts the filesystem, frees its loop device and deletes the
-// image.
+// image: whatever newScratchFS got to.
 func (f *scratchFS) close() {
 	ctx := context.Background()
-	runCmd(ctx, time.Minute, nil, "", "umount", f.dir)
 	if f.loop != "" {
+		runCmd(ctx, time.Minute, nil, "", "umount", f.dir)
 		runCmd(ctx, time.Minute, nil, "", "losetup", "-d", f.loop)
 	}
 	os.Remove(f.img)
