@@ -57,22 +57,23 @@ import (
 // archive: it is refused unless Options.Overwrite.
 var ErrNotOurs = errors.New("materialize: directory is not empty and was not made by tarmount from this archive")
 
-// DefaultWriters is the default size of the writer pool: 4 per core, at
-// least 8, so that writers blocked in file creation, linking and metadata
-// calls leave others copying data. A sweep of --write-workers on 2 cores
-// (ext4 without a journal, a loopback server 20 ms from its first byte at
-// 80 MB/s per connection, median of 3 runs, seconds):
+// DefaultWriters is the default size of the writer pool: 8 per core, at
+// least 16, so that writers blocked in file creation, linking and metadata
+// calls leave others copying data. Creating a file waits now and then for
+// a block of the inode table to be read, and while every writer waits the
+// cores have nothing to do: with 8 writers the one-pass extraction of 200k
+// small files left 2.6 of its 17 core-seconds idle, with 16 one. A sweep
+// of --write-workers on 2 cores (a local .tar.gz, a new ext4 filesystem
+// without a journal for each run, page cache dropped, median of 2-5 runs,
+// seconds):
 //
-//	writers                      1      2      3      4      8     16
-//	Go tree .tar.lz4, index    1.08   0.86   0.88   0.90   0.87   0.85
-//	Go tree .tar.gz, index     1.10   0.99   1.00   0.97   1.00   0.98
-//	200k small files .tar.gz   11.5   7.48   7.50   6.52   6.10   5.96
-//	  (one pass)
+//	writers                           8     16     32     64
+//	200k small files, one pass     8.49   7.48   7.44   7.27
+//	200k small files, saved index  6.69   6.77
+//	Go tree, one pass              1.37   1.29
 //
-// One writer waits on every file's calls; from 2 on the Go tree does not
-// care, and 200k small files want 8 or more (16 is within the noise of
-// 8). More writers cost no extra system time here.
-func DefaultWriters() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
+// More writers cost no extra system time here.
+func DefaultWriters() int { return max(16, 8*runtime.GOMAXPROCS(0)) }
 
 // DefaultDecoders is the default number of spans fetched and decoded at
 // once: 4 per core, at least 8, so that the fetches' latency is hidden
