@@ -109,8 +109,68 @@ func loadIndex(path string) (*index.Index, error) {
 
 // cachePath names the saved index of the archive at url with identity id.
 func cachePath(dir, url string, id fetch.Identity) string {
+	return cachePrefix(dir, url) + id.Key() + ".idx"
+}
+
+// cachePrefix is what the names of url's saved indexes start with.
+func cachePrefix(dir, url string) string {
 	h := sha256.Sum256([]byte(url))
-	return filepath.Join(dir, "indexes", hex.EncodeToString(h[:8])+"-"+id.Key()+".idx")
+	return filepath.Join(dir, "indexes", hex.EncodeToString(h[:8])+"-")
+}
+
+// newestSaved is the most recently saved index of url in the cache
+// directory dir, whatever version of the archive it was built for; ""
+// when there is none. The source's identity decides whether it is used.
+func newestSaved(dir, url string) string {
+	names, _ := filepath.Glob(cachePrefix(dir, url) + "*.idx")
+	var newest string
+	var at time.Time
+	for _, n := range names {
+		if st, err := os.Stat(n); err == nil && (newest == "" || st.ModTime().After(at)) {
+			newest, at = n, st.ModTime()
+		}
+	}
+	return newest
+}
+
+// preload is an index file read in the background (startPreload).
+type preload struct {
+	path string
+	done chan struct{}
+	ix   *index.Index // set once done is closed
+	err  error
+}
+
+// startPreload starts reading the index at path; nil when path is "".
+func startPreload(path string) *preload {
+	if path == "" {
+		return nil
+	}
+	p := &preload{path: path, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.ix, p.err = loadIndex(path)
+	}()
+	return p
+}
+
+// load is loadIndex(path), from the preload when it read that path.
+// Another path is read once the preload has ended: two loads at once
+// would each restore the other's garbage collector setting. Safe on a
+// nil preload.
+func (p *preload) load(path string) (*index.Index, error) {
+	p.wait()
+	if p == nil || p.path != path {
+		return loadIndex(path)
+	}
+	return p.ix, p.err
+}
+
+// wait waits for the preload to end. Safe on a nil preload.
+func (p *preload) wait() {
+	if p != nil {
+		<-p.done
+	}
 }
 
 // openArchive opens url and finds its index: the file given with --index
@@ -174,6 +234,17 @@ func (a *archive) stopPass() {
 // a.ix is nil when there is none. cached is where the index of this
 // version of the archive is saved.
 func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logger, rebuild bool) (a *archive, cached string, err error) {
+	// The index most likely wanted is read while the source is opened,
+	// which takes a round trip or more (HEAD): a remount is ready after
+	// the longer of the two, not their sum.
+	var pre *preload
+	switch {
+	case c.indexFile != "":
+		pre = startPreload(c.indexFile)
+	case !rebuild:
+		pre = startPreload(newestSaved(c.cacheDir, url))
+	}
+	defer pre.wait()
 	disk := openDiskCache(c, log)
 	src, err := openSource(ctx, url, c, disk, log)
 	if err != nil {
@@ -188,7 +259,7 @@ func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logg
 	cached = cachePath(c.cacheDir, src.String(), id)
 	switch {
 	case c.indexFile != "":
-		ix, err := loadIndex(c.indexFile)
+		ix, err := pre.load(c.indexFile)
 		if err != nil {
 			a.Close(log)
 			return nil, "", err
@@ -200,7 +271,7 @@ func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logg
 		}
 		a.ix, a.indexFrom = ix, indexFromFile
 	case !rebuild:
-		if ix, err := loadIndex(cached); err == nil && sameIdentity(ix.Source, id) {
+		if ix, err := pre.load(cached); err == nil && sameIdentity(ix.Source, id) {
 			log.Debug("index loaded", "path", cached)
 			a.ix, a.indexFrom = ix, indexFromCache
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
