@@ -115,6 +115,9 @@ func testSourceConformance(t *testing.T, kind sourceKind) {
 			require.NotEmpty(t, id.ETag)
 		}
 		require.Equal(t, st.display("identity.tar"), a.String())
+		name, err := Name(url)
+		require.NoError(t, err)
+		require.Equal(t, a.String(), name, "Name gives the String without opening")
 
 		st.put(t, "identity.tar", randomBytes(1000, 2))
 		c := mustOpen(t, url)

@@ -67,12 +67,8 @@ func parseS3URL(raw string) (bucket, key string, err error) {
 	return bucket, key, nil
 }
 
-func openS3(ctx context.Context, rawURL string, opts Options, log *slog.Logger) (Source, error) {
-	bucket, key, err := parseS3URL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	name := "s3://" + bucket + "/" + key
+func openS3(ctx context.Context, t target, opts Options, log *slog.Logger) (Source, error) {
+	bucket, key, name := t.bucket, t.key, t.name
 	cfg, err := loadS3Config(ctx, opts, sdkLogger{log: log, src: name})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)

@@ -243,37 +243,73 @@ func Open(ctx context.Context, rawURL string, opts Options) (Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	t, err := parseTarget(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case t.u != nil:
+		return openHTTP(ctx, t.u, opts, log)
+	case t.bucket != "":
+		return openS3(ctx, t, opts, log)
+	default:
+		return openFile(ctx, t.name, log)
+	}
+}
+
+// Name is the String of the Source that Open(rawURL) returns, found
+// without opening it: a file's path, an HTTP URL without userinfo, query
+// and fragment, s3://bucket/key.
+func Name(rawURL string) (string, error) {
+	t, err := parseTarget(rawURL)
+	return t.name, err
+}
+
+// target is a parsed source URL: one of an HTTP URL (u), an S3 object
+// (bucket and key) or a local file (name is its path).
+type target struct {
+	name        string // the Source's String
+	u           *url.URL
+	bucket, key string
+}
+
+// parseTarget parses the URL forms that Open takes.
+func parseTarget(rawURL string) (target, error) {
 	scheme, ok := urlScheme(rawURL)
 	switch {
 	case rawURL == "":
-		return nil, errors.New("open: empty URL")
+		return target{}, errors.New("open: empty URL")
 	case !ok:
-		return openFile(ctx, rawURL, log)
+		return target{name: rawURL}, nil
 	case scheme == "http" || scheme == "https":
 		u, err := url.Parse(rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("open: parse URL: %w", unwrapURLError(err))
+			return target{}, fmt.Errorf("open: parse URL: %w", unwrapURLError(err))
 		}
 		if u.Host == "" {
-			return nil, fmt.Errorf("open %s: URL has no host", redactURL(u))
+			return target{}, fmt.Errorf("open %s: URL has no host", redactURL(u))
 		}
-		return openHTTP(ctx, u, opts, log)
+		return target{name: redactURL(u), u: u}, nil
 	case scheme == "file":
 		u, err := url.Parse(rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("open: parse URL: %w", unwrapURLError(err))
+			return target{}, fmt.Errorf("open: parse URL: %w", unwrapURLError(err))
 		}
 		if u.Host != "" && u.Host != "localhost" {
-			return nil, fmt.Errorf("open %s: file URL names host %q: only local files are supported", rawURL, u.Host)
+			return target{}, fmt.Errorf("open %s: file URL names host %q: only local files are supported", rawURL, u.Host)
 		}
 		if u.Path == "" {
-			return nil, fmt.Errorf("open %s: file URL has no path", rawURL)
+			return target{}, fmt.Errorf("open %s: file URL has no path", rawURL)
 		}
-		return openFile(ctx, u.Path, log)
+		return target{name: u.Path}, nil
 	case scheme == "s3":
-		return openS3(ctx, rawURL, opts, log)
+		bucket, key, err := parseS3URL(rawURL)
+		if err != nil {
+			return target{}, err
+		}
+		return target{name: "s3://" + bucket + "/" + key, bucket: bucket, key: key}, nil
 	default:
-		return nil, fmt.Errorf("open: unsupported URL scheme %q (want http, https, s3, file or a path)", scheme)
+		return target{}, fmt.Errorf("open: unsupported URL scheme %q (want http, https, s3, file or a path)", scheme)
 	}
 }
 

@@ -45,6 +45,15 @@ func TestSourceIdentity(t *testing.T) {
 	src = mustOpen(t, srv.URL+"/a.tar")
 	require.Equal(t, Identity{Size: 1000, ETag: `"abc"`, LastModified: testModTime}, normalize(src.Identity()))
 	require.Equal(t, srv.URL+"/a.tar", src.String())
+
+	// Credentials, a presigned URL's query and a fragment are not part
+	// of the name, whether opened or not.
+	signed := strings.Replace(srv.URL, "http://", "http://u:pw@", 1) + "/a.tar?X-Amz-Signature=s#f"
+	src = mustOpen(t, signed)
+	require.Equal(t, srv.URL+"/a.tar", src.String())
+	name, err := Name(signed)
+	require.NoError(t, err)
+	require.Equal(t, src.String(), name)
 }
 
 // normalize makes times comparable with require.Equal.
@@ -88,14 +97,22 @@ func TestOpenURLForms(t *testing.T) {
 			if tt.wantErr == "" && tt.is == nil {
 				require.NoError(t, err)
 				defer src.Close()
+				name, err := Name(tt.url)
+				require.NoError(t, err)
+				require.Equal(t, src.String(), name)
 				got := make([]byte, 10)
-				_, err := src.ReadAt(t.Context(), got, 0)
+				_, err = src.ReadAt(t.Context(), got, 0)
 				require.NoError(t, err)
 				require.Equal(t, data, got)
 				return
 			}
 			require.Error(t, err)
 			require.Nil(t, src)
+			// Name refuses what Open refuses before opening, with
+			// the same error.
+			if _, nerr := Name(tt.url); nerr != nil {
+				require.EqualError(t, nerr, err.Error())
+			}
 			if tt.is != nil {
 				require.ErrorIs(t, err, tt.is)
 			}

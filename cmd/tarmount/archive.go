@@ -107,22 +107,25 @@ func loadIndex(path string) (*index.Index, error) {
 	return index.Load(path)
 }
 
-// cachePath names the saved index of the archive at url with identity id.
-func cachePath(dir, url string, id fetch.Identity) string {
-	return cachePrefix(dir, url) + id.Key() + ".idx"
+// cachePath names the saved index of the archive named name (the
+// source's String) with identity id.
+func cachePath(dir, name string, id fetch.Identity) string {
+	return cachePrefix(dir, name) + id.Key() + ".idx"
 }
 
-// cachePrefix is what the names of url's saved indexes start with.
-func cachePrefix(dir, url string) string {
-	h := sha256.Sum256([]byte(url))
+// cachePrefix is what the names of the saved indexes of the archive named
+// name start with.
+func cachePrefix(dir, name string) string {
+	h := sha256.Sum256([]byte(name))
 	return filepath.Join(dir, "indexes", hex.EncodeToString(h[:8])+"-")
 }
 
-// newestSaved is the most recently saved index of url in the cache
-// directory dir, whatever version of the archive it was built for; ""
-// when there is none. The source's identity decides whether it is used.
-func newestSaved(dir, url string) string {
-	names, _ := filepath.Glob(cachePrefix(dir, url) + "*.idx")
+// newestSaved is the most recently saved index of the source named name
+// (fetch.Name) in the cache directory dir, whatever version of the
+// archive it was built for; "" when there is none. The source's identity
+// decides whether it is used.
+func newestSaved(dir, name string) string {
+	names, _ := filepath.Glob(cachePrefix(dir, name) + "*.idx")
 	var newest string
 	var at time.Time
 	for _, n := range names {
@@ -154,16 +157,17 @@ func startPreload(path string) *preload {
 	return p
 }
 
-// load is loadIndex(path), from the preload when it read that path.
-// Another path is read once the preload has ended: two loads at once
-// would each restore the other's garbage collector setting. Safe on a
-// nil preload.
-func (p *preload) load(path string) (*index.Index, error) {
+// load is loadIndex(path), from the preload when it read that path
+// (hit). Another path is read once the preload has ended: two loads at
+// once would each restore the other's garbage collector setting. Safe on
+// a nil preload.
+func (p *preload) load(path string) (ix *index.Index, hit bool, err error) {
 	p.wait()
 	if p == nil || p.path != path {
-		return loadIndex(path)
+		ix, err := loadIndex(path)
+		return ix, false, err
 	}
-	return p.ix, p.err
+	return p.ix, true, p.err
 }
 
 // wait waits for the preload to end. Safe on a nil preload.
@@ -242,7 +246,9 @@ func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logg
 	case c.indexFile != "":
 		pre = startPreload(c.indexFile)
 	case !rebuild:
-		pre = startPreload(newestSaved(c.cacheDir, url))
+		if name, err := fetch.Name(url); err == nil {
+			pre = startPreload(newestSaved(c.cacheDir, name))
+		}
 	}
 	defer pre.wait()
 	disk := openDiskCache(c, log)
@@ -259,7 +265,7 @@ func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logg
 	cached = cachePath(c.cacheDir, src.String(), id)
 	switch {
 	case c.indexFile != "":
-		ix, err := pre.load(c.indexFile)
+		ix, _, err := pre.load(c.indexFile)
 		if err != nil {
 			a.Close(log)
 			return nil, "", err
@@ -271,8 +277,8 @@ func findArchiveIndex(ctx context.Context, url string, c *config, log *slog.Logg
 		}
 		a.ix, a.indexFrom = ix, indexFromFile
 	case !rebuild:
-		if ix, err := pre.load(cached); err == nil && sameIdentity(ix.Source, id) {
-			log.Debug("index loaded", "path", cached)
+		if ix, hit, err := pre.load(cached); err == nil && sameIdentity(ix.Source, id) {
+			log.Debug("index loaded", "path", cached, "preloaded", hit)
 			a.ix, a.indexFrom = ix, indexFromCache
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			log.Warn("saved index unusable, rebuilding", "path", cached, "err", err)

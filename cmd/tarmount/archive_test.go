@@ -9,15 +9,19 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/tarmount/tarmount/fetch"
 )
 
-// TestSavedIndexVersions opens one path while it holds two versions of
-// an archive in turn. The newest saved index, read while the source is
-// opened, is used only when it was built for the version there; else the
-// saved index of that version is, or a new one is built. The garbage
-// collector setting that loading changes is restored every time.
+// TestSavedIndexVersions opens one archive, by path and by file URL,
+// while it holds two versions in turn. The newest saved index, read while
+// the source is opened, is the one used when it was built for the version
+// there (a hit); else the saved index of that version is, or a new one is
+// built. The garbage collector setting that loading changes is restored
+// every time.
 func TestSavedIndexVersions(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.tar")
@@ -33,31 +37,47 @@ func TestSavedIndexVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	log := slog.New(slog.DiscardHandler)
 	for i, step := range []struct {
+		url     string
 		data    []byte
 		at      time.Time
 		from    string
-		entries int // members and the root
+		entries int  // members and the root
+		hit     bool // the newest saved index is the one used
 	}{
-		{v1, t1, indexFromBuilt, 3},
-		{v2, t2, indexFromBuilt, 4}, // the newest saved index is v1's
-		{v1, t1, indexFromCache, 3}, // the newest is v2's
-		{v1, t1, indexFromCache, 3}, // the newest is v2's, still
-		{v2, t2, indexFromCache, 4},
+		{path, v1, t1, indexFromBuilt, 3, false},
+		{path, v2, t2, indexFromBuilt, 4, false}, // the newest is v1's
+		{path, v1, t1, indexFromCache, 3, false}, // the newest is v2's
+		{path, v1, t1, indexFromCache, 3, false}, // still v2's: a load saves nothing
+		{path, v2, t2, indexFromCache, 4, true},
+		{"file://" + path, v2, t2, indexFromCache, 4, true}, // one name for both forms
 	} {
 		put(step.data, step.at)
 		var c config
 		if _, err := parse(c.flags("tarmount index", io.Discard), []string{"--cache-dir", cache}); err != nil {
 			t.Fatal(err)
 		}
-		a, err := openArchive(context.Background(), path, &c, log, false)
+		name, err := fetch.Name(step.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newest := newestSaved(cache, name)
+		var logged bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		a, err := openArchive(context.Background(), step.url, &c, log, false)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		if a.indexFrom != step.from || a.ix.Len() != step.entries {
 			t.Errorf("step %d: got an index from %s with %d entries, want one from %s with %d",
 				i, a.indexFrom, a.ix.Len(), step.from, step.entries)
+		}
+		used := cachePath(cache, a.src.String(), a.src.Identity())
+		if hit := newest == used; hit != step.hit {
+			t.Errorf("step %d: newest saved index %q, the one used %q: hit %v, want %v", i, newest, used, hit, step.hit)
+		}
+		if hit := strings.Contains(logged.String(), "preloaded=true"); hit != step.hit {
+			t.Errorf("step %d: the index used came from the preload: %v, want %v; log:\n%s", i, hit, step.hit, logged.String())
 		}
 		a.Close(log)
 		if gc := debug.SetGCPercent(100); gc != 100 {
