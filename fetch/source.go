@@ -119,6 +119,12 @@ type Identity struct {
 	VersionID    string    // S3 version id when the bucket is versioned
 }
 
+// Equal reports whether id and o name the same version of an object:
+// the same size, ETag, version id and modification time.
+func (id Identity) Equal(o Identity) bool {
+	return id.Size == o.Size && id.ETag == o.ETag && id.VersionID == o.VersionID && id.LastModified.Equal(o.LastModified)
+}
+
 // Key returns a short stable string (32 hex digits of a SHA-256 over all
 // fields) used to key caches and saved indexes. It does not depend on the
 // process, the machine or the time zone of LastModified.
