@@ -88,23 +88,48 @@ type RetryOptions struct {
 // (WithRetry).
 func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts RetryOptions) (Source, error) {
 	r := newRetrySource(nil, ropts)
+	err := r.retry(ctx, "open failed, retrying", rawURL, IsRetryable, func(ctx context.Context) error {
+		src, err := Open(ctx, rawURL, opts)
+		r.src = src
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Retry runs op until it returns nil, ctx ends, or it fails with an error
+// that retryable reports as permanent, and waits between attempts as a
+// read of a Source made by WithRetry does: full jitter under a ceiling
+// that doubles from opts.BaseDelay to opts.MaxDelay (at least a server's
+// Retry-After). opts.MaxAttempts and opts.Deadline bound the attempts and
+// the time as they bound a read; an attempt in progress is not cut short
+// by the deadline. Each retry is logged at Warn as msg with the keys src
+// (name), attempt, err and delay. It returns op's last error, wrapped in
+// ErrTimeout when the deadline ended the retries.
+func Retry(ctx context.Context, opts RetryOptions, msg, name string, retryable func(error) bool, op func(context.Context) error) error {
+	return newRetrySource(nil, opts).retry(ctx, msg, name, retryable, op)
+}
+
+// retry is Retry with the policy of s.
+func (s *retrySource) retry(ctx context.Context, msg, name string, retryable func(error) bool, op func(context.Context) error) error {
 	start := time.Now()
 	for failures := 1; ; failures++ {
-		src, err := Open(ctx, rawURL, opts)
+		err := op(ctx)
 		if err == nil {
-			r.src = src
-			return r, nil
+			return nil
 		}
-		if !IsRetryable(err) || failures >= r.maxAttempts || ctx.Err() != nil {
-			return nil, err
+		if !retryable(err) || failures >= s.maxAttempts || ctx.Err() != nil {
+			return err
 		}
-		d := r.backoff(failures, err)
-		if time.Since(start)+d > r.deadline {
-			return nil, fmt.Errorf("%w after %d attempts in %v: %v", ErrTimeout, failures, r.deadline, err)
+		d := s.backoff(failures, err)
+		if time.Since(start)+d > s.deadline {
+			return fmt.Errorf("%w after %d attempts in %v: %v", ErrTimeout, failures, s.deadline, err)
 		}
-		r.log.Warn("open failed, retrying", "src", rawURL, "attempt", failures, "err", err, "delay", d)
+		s.log.Warn(msg, "src", name, "attempt", failures, "err", err, "delay", d)
 		if err := Sleep(ctx, d); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }

@@ -11,20 +11,15 @@ import (
 	"github.com/tarmount/tarmount/index"
 )
 
-// errnoer is an error that chooses its own errno; lower layers use it to say,
-// for example, ESTALE when the source changed under the index.
-type errnoer interface {
-	Errno() syscall.Errno
-}
-
 // toErrno maps an error from the archive to the errno a FUSE request
 // answers:
 //
 //	nil                                    0
 //	context.Canceled (request interrupted) EINTR
-//	an error with Errno() syscall.Errno    that errno (EIO if it is 0)
 //	a syscall.Errno                        that errno
 //	fs.ErrNotExist                         ENOENT
+//	index.ErrChanged (the source changed)  ESTALE, as NFS answers for a
+//	                                       file replaced on the server
 //	anything else, deadlines included      EIO
 //
 // It does not log; see tree.fail.
@@ -35,19 +30,15 @@ func toErrno(err error) syscall.Errno {
 	if errors.Is(err, context.Canceled) {
 		return syscall.EINTR
 	}
-	var en errnoer
-	if errors.As(err, &en) {
-		if e := en.Errno(); e != 0 {
-			return e
-		}
-		return syscall.EIO
-	}
 	var e syscall.Errno
 	if errors.As(err, &e) && e != 0 {
 		return e
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return syscall.ENOENT
+	}
+	if errors.Is(err, index.ErrChanged) {
+		return syscall.ESTALE
 	}
 	return syscall.EIO
 }

@@ -3,12 +3,12 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tarmount/tarmount/index"
@@ -153,11 +153,9 @@ func (a *fakeArchive) ReadAt(ctx context.Context, id index.EntryID, p []byte, of
 
 func (a *fakeArchive) Len() int { return len(a.entries) }
 
-// errnoError is an error from a lower layer that picks its errno.
-type errnoError struct{ errno syscall.Errno }
-
-func (e errnoError) Error() string        { return "source changed: " + e.errno.Error() }
-func (e errnoError) Errno() syscall.Errno { return e.errno }
+// errChangedRead is a read of a source that changed, as the index reader
+// returns it.
+var errChangedRead = fmt.Errorf("read span 3: read compressed: %w: ETag \"b\", was \"a\"", index.ErrChanged)
 
 // Fixture layout and contents, shared by unit and mount tests.
 const (
@@ -191,7 +189,7 @@ const (
 //	  short.bin       size 100, but only 50 bytes stored (EIO)
 //	  slow.bin        ReadAt waits for cancellation
 //	  sparse.img      3 MiB, marked sparse, data at 1 MiB
-//	  stale.bin       ReadAt fails with an error whose Errno() is ESTALE
+//	  stale.bin       ReadAt fails because the source changed (ESTALE)
 func testArchive() *fakeArchive {
 	a := newFakeArchive()
 	root := index.RootID
@@ -230,7 +228,7 @@ func testArchive() *fakeArchive {
 	id = a.addFile(root, "sparse.img", 0o644, sparse)
 	a.entries[id].e.Sparse = true
 	id = a.addFile(root, "stale.bin", 0o644, make([]byte, 10))
-	a.entries[id].readErr = errnoError{syscall.ESTALE}
+	a.entries[id].readErr = errChangedRead
 	return a.finish()
 }
 

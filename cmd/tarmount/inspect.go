@@ -6,17 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/index"
 )
 
@@ -428,72 +425,6 @@ func describeEntry(ix *index.Index, p string, id index.EntryID) entryView {
 	return viewEntry(ix, []byte(p), id, ix.Entry(id), ix.Path(id) == p)
 }
 
-// walk calls fn for every name under dir (whose path is p), depth first in
-// name order, dir itself first, with the name's path, its entry, and
-// whether it is the entry's first name (p == ix.Path(id)). fn must keep
-// neither the path nor the entry: walk reuses them.
-func walk(ix *index.Index, p string, dir index.EntryID, fn func(p []byte, id index.EntryID, e *index.Entry, first bool) error) error {
-	w := walker{ix: ix, fn: fn, buf: append(make([]byte, 0, 4096), p...)}
-	ix.FillEntry(dir, &w.e)
-	return w.walk(dir, ix.Path(dir) == p)
-}
-
-// walker is the state of one walk: the path and the entry it is at.
-type walker struct {
-	ix  *index.Index
-	fn  func(p []byte, id index.EntryID, e *index.Entry, first bool) error
-	buf []byte      // the path being walked
-	e   index.Entry // of the name at buf
-}
-
-// walk lists dir (at w.buf, w.e) and what it holds.
-func (w *walker) walk(dir index.EntryID, first bool) error {
-	if err := w.fn(w.buf, dir, &w.e, first); err != nil {
-		return err
-	}
-	n := len(w.buf)
-	for _, d := range w.ix.Children(dir) {
-		w.buf = w.buf[:n]
-		if n > 0 {
-			w.buf = append(w.buf, '/')
-		}
-		w.buf = append(w.buf, d.Name...) // names in the index are single clean components
-		// Ids in an index are in range: Load checks them.
-		w.ix.FillEntry(d.ID, &w.e)
-		// A name is the entry's first one when the entry says it is in
-		// this directory under this name, and this directory is listed
-		// under its own first name; else (hard links) compare in full.
-		cfirst := (first && w.e.Parent == dir && w.e.Name == d.Name) || w.ix.Path(d.ID) == string(w.buf)
-		var err error
-		if w.e.Type == index.TypeDir && cfirst {
-			err = w.walk(d.ID, cfirst)
-		} else {
-			err = w.fn(w.buf, d.ID, &w.e, cfirst)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	w.buf = w.buf[:n]
-	return nil
-}
-
-// cleanMember turns a path given on the command line into one of the
-// index ("" for the root).
-func cleanMember(p string) string {
-	p = strings.Trim(path.Clean("/"+p), "/")
-	return p
-}
-
-// lookupMember finds p in the archive or says clearly that it is not there.
-func lookupMember(ix *index.Index, src, p string) (index.EntryID, error) {
-	id, ok := ix.LookupPath(cleanMember(p))
-	if !ok {
-		return 0, fmt.Errorf("%s: %s: %w", src, p, fs.ErrNotExist)
-	}
-	return id, nil
-}
-
 // inspectUsage is the usage of each inspection command.
 var inspectUsage = map[string]string{
 	"ls":   "usage: tarmount ls [-l] [--json] URL [PATH...]",
@@ -508,11 +439,11 @@ func inspectCmd(ctx context.Context, cmd string, pos []string, c *config, log *s
 	if len(pos) < 1 || (cmd != "ls" && len(pos) < 2) {
 		return errors.New(inspectUsage[cmd])
 	}
-	a, err := openArchive(ctx, pos[0], c, log, false)
+	a, err := archive.OpenIndexed(ctx, pos[0], c.ao)
 	if err != nil {
 		return err
 	}
-	defer a.Close(log)
+	defer a.Close()
 	paths := pos[1:]
 	switch cmd {
 	case "ls":
@@ -520,37 +451,38 @@ func inspectCmd(ctx context.Context, cmd string, pos []string, c *config, log *s
 	case "stat":
 		return statArchive(a, paths, c, stdout)
 	case "cat":
-		return catArchive(ctx, a, paths, stdout)
+		return a.Cat(ctx, stdout, paths...)
 	default:
-		return getArchive(ctx, a, paths, c, log)
+		return a.Get(ctx, c.inspect.dir, paths...)
 	}
 }
 
 // lsArchive lists the archive (or the subtrees at paths): names, or with
 // -l a listing like tar -tv, or with --json one object per line.
-func lsArchive(ctx context.Context, a *archive, paths []string, c *config, stdout io.Writer) error {
+func lsArchive(ctx context.Context, a *archive.Archive, paths []string, c *config, stdout io.Writer) error {
 	// Lines are appended to one buffer, written out a megabyte at a time.
 	const flushBytes = 1 << 20
 	buf := make([]byte, 0, flushBytes+64<<10)
 	if len(paths) == 0 {
 		paths = []string{""}
 	}
+	ix := a.Index()
 	for _, p := range paths {
-		root, err := lookupMember(a.ix, a.src.String(), p)
+		root, err := a.Lookup(p)
 		if err != nil {
 			stdout.Write(buf) // what was listed before
 			return err
 		}
-		err = walk(a.ix, cleanMember(p), root, func(p []byte, id index.EntryID, e *index.Entry, first bool) error {
+		err = index.Walk(ix, archive.CleanMember(p), root, func(p []byte, id index.EntryID, e *index.Entry, first bool) error {
 			if len(p) == 0 {
 				return nil // the root has no name of its own
 			}
 			switch {
 			case c.inspect.json:
-				v := viewEntry(a.ix, p, id, e, first)
+				v := viewEntry(ix, p, id, e, first)
 				buf = v.appendJSON(buf)
 			case c.inspect.long:
-				v := viewEntry(a.ix, p, id, e, first)
+				v := viewEntry(ix, p, id, e, first)
 				buf = v.appendLong(buf)
 			default:
 				// Names only: no need to describe the entry.
@@ -623,21 +555,21 @@ func appendModeString(b []byte, typ string, mode uint32) []byte {
 }
 
 // statArchive prints what the archive says of each path.
-func statArchive(a *archive, paths []string, c *config, stdout io.Writer) error {
+func statArchive(a *archive.Archive, paths []string, c *config, stdout io.Writer) error {
 	w := bufio.NewWriter(stdout)
 	for _, p := range paths {
-		id, err := lookupMember(a.ix, a.src.String(), p)
+		id, err := a.Lookup(p)
 		if err != nil {
 			w.Flush()
 			return err
 		}
-		v := describeEntry(a.ix, cleanMember(p), id)
+		v := describeEntry(a.Index(), archive.CleanMember(p), id)
 		if c.inspect.json {
 			w.Write(v.appendJSON(nil))
 			continue
 		}
 		j := v.json()
-		fmt.Fprintf(w, "  File: %s\n  Type: %s\n  Size: %d", j.Path, j.Type, a.ix.Entry(id).Size)
+		fmt.Fprintf(w, "  File: %s\n  Type: %s\n  Size: %d", j.Path, j.Type, a.Index().Entry(id).Size)
 		if j.Stored != nil {
 			fmt.Fprintf(w, " (%d stored)", *j.Stored)
 		}
@@ -661,142 +593,4 @@ func parseMode(s string) uint32 {
 	var m uint32
 	fmt.Sscanf(s, "%o", &m)
 	return m
-}
-
-// catArchive writes the data of each path (regular files; symlinks are
-// not followed) to stdout, fetching only the spans that hold it.
-func catArchive(ctx context.Context, a *archive, paths []string, stdout io.Writer) error {
-	for _, p := range paths {
-		id, err := lookupMember(a.ix, a.src.String(), p)
-		if err != nil {
-			return err
-		}
-		if t := a.ix.Entry(id).Type; t != index.TypeReg {
-			return fmt.Errorf("%s: %s is a %s, not a file", a.src, p, t)
-		}
-		if err := copyMember(ctx, a.reader, id, stdout); err != nil {
-			return fmt.Errorf("%s: %s: %w", a.src, p, err)
-		}
-	}
-	return nil
-}
-
-// copyMember writes the data of file id to w.
-func copyMember(ctx context.Context, r *index.Reader, id index.EntryID, w io.Writer) error {
-	size := r.Entry(id).Size
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < size; {
-		n := int(min(int64(len(buf)), size-off))
-		got, err := r.ReadAt(ctx, id, buf[:n], off)
-		if got > 0 {
-			if _, werr := w.Write(buf[:got]); werr != nil {
-				return werr
-			}
-			off += int64(got)
-		}
-		if err != nil && !(errors.Is(err, io.EOF) && off == size) {
-			return err
-		}
-		if got == 0 && err == nil {
-			return io.ErrUnexpectedEOF
-		}
-	}
-	return nil
-}
-
-// getArchive writes the members at paths (directories with what they
-// hold) under -C DIR, by their paths in the archive, with their modes and
-// mtimes. Writes go through an os.Root, so nothing lands outside DIR.
-func getArchive(ctx context.Context, a *archive, paths []string, c *config, log *slog.Logger) error {
-	if err := os.MkdirAll(c.inspect.dir, 0o755); err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(c.inspect.dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	var dirs []string // their times are set last
-	for _, p := range paths {
-		id, err := lookupMember(a.ix, a.src.String(), p)
-		if err != nil {
-			return err
-		}
-		err = walk(a.ix, cleanMember(p), id, func(pb []byte, id index.EntryID, e *index.Entry, _ bool) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if len(pb) == 0 {
-				return nil
-			}
-			p := string(pb)
-			if err := root.MkdirAll(path.Dir(p), 0o755); err != nil && path.Dir(p) != "." {
-				return err
-			}
-			switch e.Type {
-			case index.TypeDir:
-				if err := root.MkdirAll(p, 0o700); err != nil {
-					return err
-				}
-				dirs = append(dirs, p)
-				return nil
-			case index.TypeSymlink:
-				root.Remove(p)
-				return root.Symlink(e.Linkname, p)
-			case index.TypeReg:
-				return getFile(ctx, a.reader, root, p, id, e)
-			default:
-				log.Warn("get: skipped, not a file, directory or symlink", "path", p, "type", e.Type.String())
-				return nil
-			}
-		})
-		if err != nil {
-			return err
-		}
-	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		e := a.ix.Entry(mustLookup(a.ix, dirs[i]))
-		root.Chmod(dirs[i], fs.FileMode(e.Mode&0o777))
-		mt := time.Unix(0, e.MTime)
-		root.Chtimes(dirs[i], mt, mt)
-	}
-	return nil
-}
-
-func mustLookup(ix *index.Index, p string) index.EntryID {
-	id, _ := ix.LookupPath(p)
-	return id
-}
-
-// getFile writes file id as p under root: to a temporary name first, then
-// renamed, so an interrupted get leaves no partial file under its name.
-func getFile(ctx context.Context, r *index.Reader, root *os.Root, p string, id index.EntryID, e *index.Entry) error {
-	tmp := path.Join(path.Dir(p), ".tarmount-get-"+path.Base(p))
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	err = copyMember(ctx, r, id, w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = root.Chmod(tmp, fs.FileMode(e.Mode&0o777))
-	}
-	if err == nil {
-		mt := time.Unix(0, e.MTime)
-		err = root.Chtimes(tmp, mt, mt)
-	}
-	if err == nil {
-		err = root.Rename(tmp, p)
-	}
-	if err != nil {
-		root.Remove(tmp)
-		return fmt.Errorf("get %s: %w", filepath.FromSlash(p), err)
-	}
-	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/index"
 )
 
@@ -114,13 +114,12 @@ func TestLsOutput(t *testing.T) {
 	if _, err := parse(fs, []string{"--cache-dir", filepath.Join(dir, "cache")}); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
-	a, err := openArchive(ctx, tarPath, &c, log, false)
+	a, err := archive.OpenIndexed(ctx, tarPath, c.ao)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close(log)
+	defer a.Close()
 
 	for _, paths := range [][]string{
 		nil,
@@ -135,7 +134,7 @@ func TestLsOutput(t *testing.T) {
 				if err := lsArchive(ctx, a, paths, &c, &got); err != nil {
 					t.Fatal(err)
 				}
-				want := refList(t, a.ix, paths, mode)
+				want := refList(t, a.Index(), paths, mode)
 				if !bytes.Equal(got.Bytes(), want) {
 					gl, wl := strings.Split(got.String(), "\n"), strings.Split(string(want), "\n")
 					for i := range min(len(gl), len(wl)) {
@@ -319,11 +318,11 @@ func refList(t *testing.T, ix *index.Index, paths []string, mode string) []byte 
 		paths = []string{""}
 	}
 	for _, p := range paths {
-		id, ok := ix.LookupPath(cleanMember(p))
+		id, ok := ix.LookupPath(archive.CleanMember(p))
 		if !ok {
 			t.Fatalf("%s: not in the archive", p)
 		}
-		walk(cleanMember(p), id)
+		walk(archive.CleanMember(p), id)
 	}
 	return out.Bytes()
 }

@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/tarmount/tarmount/archive"
 )
 
 const usage = `Usage:
@@ -83,28 +85,16 @@ func main() {
 
 // config holds the flags shared by the subcommands.
 type config struct {
-	verbose   bool
-	cacheDir  string
-	indexFile string
-	output    string
-	options   string
-	span      int64
-	workers   int
-	cacheMem  int64
-	cacheDisk int64
-	// cacheDecoded bounds the decoded copies of stream-only archives.
-	cacheDecoded int64
-	level        int // pack: zstd level
-	mountName    string
-	readahead    int
-	headers      headerFlag
-	http1        bool
-	blockSize    int64
-	s3           s3Flags
-	retry        retryConfig
-	mat          materializeFlags
-	inspect      inspectFlags
-	cpuProfile   string
+	// ao is what the flags say of the archive: source, index, caches,
+	// retries.
+	ao         archive.Options
+	verbose    bool
+	options    string
+	level      int // pack: zstd level
+	mountName  string
+	mat        materializeFlags
+	inspect    inspectFlags
+	cpuProfile string
 	// daemon: mount in a background server and return once it answers;
 	// logFile is where that server logs.
 	daemon     bool
@@ -133,61 +123,53 @@ func parseID(s string, dst **uint32) error {
 }
 
 // headerFlag collects -H 'Name: value' flags.
-type headerFlag struct{ h http.Header }
+type headerFlag struct{ h *http.Header }
 
-func (f *headerFlag) String() string { return "" }
+func (f headerFlag) String() string { return "" }
 
-func (f *headerFlag) Set(v string) error {
+func (f headerFlag) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
 	name = strings.TrimSpace(name)
 	if !ok || name == "" {
 		return fmt.Errorf("want 'Name: value', got %q", v)
 	}
-	if f.h == nil {
-		f.h = http.Header{}
+	if *f.h == nil {
+		*f.h = http.Header{}
 	}
 	f.h.Add(name, strings.TrimSpace(value))
 	return nil
-}
-
-// s3Flags are the s3:// settings; what they leave empty comes from the
-// environment and the shared AWS files, as the AWS CLI reads them.
-type s3Flags struct {
-	region        string
-	endpointURL   string
-	profile       string
-	noSignRequest bool
 }
 
 func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&c.verbose, "v", false, "verbose: log every step at debug level")
-	fs.StringVar(&c.cacheDir, "cache-dir", defaultCacheDir(), "where saved indexes and cached archive blocks live")
-	fs.StringVar(&c.indexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
+	ao, d := &c.ao, archive.DefaultOptions()
+	fs.StringVar(&ao.CacheDir, "cache-dir", d.CacheDir, "where saved indexes and cached archive blocks live")
+	fs.StringVar(&ao.IndexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
 	fs.Var((*optionsFlag)(&c.options), "o", "mount options, comma-separated (repeatable): allow_other, debug, ro, and every flag as name=value (materialize=/dir, cache_dir=/var/cache/tarmount); with index and pack: the output file")
-	fs.Int64Var(&c.span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
-	fs.IntVar(&c.workers, "fetch-workers", 8, "parallel range requests")
-	fs.Int64Var(&c.blockSize, "block-size", 4<<20, "bytes per fetched block (streaming and plain tar reads)")
-	fs.Int64Var(&c.cacheMem, "cache-mem", 256<<20, "bytes of decoded data and fetched blocks kept in memory; a mount stays within this plus about 80 MiB, however many processes read")
-	fs.Var(&c.headers, "H", "extra HTTP request header 'Name: value' (repeatable), e.g. an auth token")
-	fs.Var(&c.headers, "header", "same as -H")
-	fs.BoolVar(&c.http1, "http1", false, "never use HTTP/2, even when the server offers it (default: HTTP/2 over TLS when offered, on as many connections as fetch workers)")
-	fs.IntVar(&c.readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
-	fs.Int64Var(&c.cacheDisk, "cache-disk", 10<<30, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts, whole copies from servers that ignore ranges included (0: none; local archives never)")
-	fs.Int64Var(&c.cacheDecoded, "cache-decoded", 20<<30, "bytes of decoded tar kept on disk under CACHE-DIR/decoded for stream-only archives (single-frame zstd, single-block xz), in all")
+	fs.Int64Var(&ao.Span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
+	fs.IntVar(&ao.FetchWorkers, "fetch-workers", d.FetchWorkers, "parallel range requests")
+	fs.Int64Var(&ao.BlockSize, "block-size", d.BlockSize, "bytes per fetched block (streaming and plain tar reads)")
+	fs.Int64Var(&ao.CacheMem, "cache-mem", d.CacheMem, "bytes of decoded data and fetched blocks kept in memory; a mount stays within this plus about 80 MiB, however many processes read")
+	fs.Var(headerFlag{&ao.Header}, "H", "extra HTTP request header 'Name: value' (repeatable), e.g. an auth token")
+	fs.Var(headerFlag{&ao.Header}, "header", "same as -H")
+	fs.BoolVar(&ao.HTTP1, "http1", false, "never use HTTP/2, even when the server offers it (default: HTTP/2 over TLS when offered, on as many connections as fetch workers)")
+	fs.IntVar(&ao.Readahead, "readahead", 0, "most spans decoded ahead of a sequential reader (default 8; -1 disables)")
+	fs.Int64Var(&ao.CacheDisk, "cache-disk", d.CacheDisk, "bytes of fetched archive data kept on disk under CACHE-DIR/blocks, shared by mounts, whole copies from servers that ignore ranges included (0: none; local archives never)")
+	fs.Int64Var(&ao.CacheDecoded, "cache-decoded", d.CacheDecoded, "bytes of decoded tar kept on disk under CACHE-DIR/decoded for stream-only archives (single-frame zstd, single-block xz), in all")
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
-	fs.StringVar(&c.s3.region, "region", "", "s3: region of the bucket, which signs every request (default: the one the server names for the bucket, else $AWS_REGION, $AWS_DEFAULT_REGION or the profile's region, else us-east-1)")
-	fs.StringVar(&c.s3.endpointURL, "endpoint-url", "", "s3: `URL` of an S3-compatible server, e.g. http://127.0.0.1:7070; buckets are then addressed by path (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL or the profile's endpoint_url, else AWS)")
-	fs.StringVar(&c.s3.profile, "profile", "", "s3: profile of the shared AWS config and credentials files (default: $AWS_PROFILE, $AWS_DEFAULT_PROFILE, else default)")
-	fs.BoolVar(&c.s3.noSignRequest, "no-sign-request", false, "s3: send requests unsigned, for public buckets, and look for no credentials (no environment variable: the AWS CLI has none)")
+	fs.StringVar(&ao.Region, "region", "", "s3: region of the bucket, which signs every request (default: the one the server names for the bucket, else $AWS_REGION, $AWS_DEFAULT_REGION or the profile's region, else us-east-1)")
+	fs.StringVar(&ao.EndpointURL, "endpoint-url", "", "s3: `URL` of an S3-compatible server, e.g. http://127.0.0.1:7070; buckets are then addressed by path (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL or the profile's endpoint_url, else AWS)")
+	fs.StringVar(&ao.Profile, "profile", "", "s3: profile of the shared AWS config and credentials files (default: $AWS_PROFILE, $AWS_DEFAULT_PROFILE, else default)")
+	fs.BoolVar(&ao.NoSignRequest, "no-sign-request", false, "s3: send requests unsigned, for public buckets, and look for no credentials (no environment variable: the AWS CLI has none)")
 	fs.IntVar(&c.level, "level", 3, "pack: zstd compression level (1-22, mapped to the encoder's four speeds)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this run to `FILE`")
 	fs.BoolVar(&c.daemon, "daemon", false, "mount: serve from a background process and exit once the mount answers (0), or with the reason it failed (1)")
 	fs.BoolVar(&c.foreground, "foreground", false, "mount: stay in the foreground until unmounted or signalled (the default; overrides --daemon)")
 	fs.StringVar(&c.logFile, "log-file", "", "mount --daemon: append the server's log to `FILE` (default: discarded)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "mount: serve Prometheus metrics at http://`HOST:PORT`/metrics (port 0: a free port, logged)")
-	c.retry.register(fs)
+	registerRetry(fs, ao)
 	c.mat.register(fs)
 	c.inspect.register(fs)
 	fs.BoolVar(&c.allowOther, "allow-other", false, "mount: let other users use the mount (same as -o allow_other; needs user_allow_other in /etc/fuse.conf for non-root)")
@@ -252,6 +234,7 @@ func run(args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
+	c.ao.Logger = log
 
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -293,8 +276,7 @@ func run(args []string, stderr io.Writer) error {
 		if len(pos) != 1 {
 			return fmt.Errorf("usage: tarmount index URL [-o FILE]")
 		}
-		c.output = c.options
-		return indexCmd(ctx, pos[0], &c, log)
+		return indexCmd(ctx, pos[0], c.options, &c, log)
 	case "pack":
 		if len(pos) != 1 {
 			return fmt.Errorf("usage: tarmount pack SRC -o OUT.tar.zst")

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/tarmount/tarmount/archive"
 	tfs "github.com/tarmount/tarmount/fs"
 )
 
@@ -90,15 +91,15 @@ func errnoName(errno syscall.Errno) string {
 type statusMetric struct {
 	desc  *prometheus.Desc
 	typ   prometheus.ValueType
-	value func(*mountStatus) float64
+	value func(*archive.Status) float64
 }
 
-func counter(name, help string, labels prometheus.Labels, v func(*mountStatus) int64) statusMetric {
-	return statusMetric{prometheus.NewDesc(name, help, nil, labels), prometheus.CounterValue, func(s *mountStatus) float64 { return float64(v(s)) }}
+func counter(name, help string, labels prometheus.Labels, v func(*archive.Status) int64) statusMetric {
+	return statusMetric{prometheus.NewDesc(name, help, nil, labels), prometheus.CounterValue, func(s *archive.Status) float64 { return float64(v(s)) }}
 }
 
-func gauge(name, help string, labels prometheus.Labels, v func(*mountStatus) int64) statusMetric {
-	return statusMetric{prometheus.NewDesc(name, help, nil, labels), prometheus.GaugeValue, func(s *mountStatus) float64 { return float64(v(s)) }}
+func gauge(name, help string, labels prometheus.Labels, v func(*archive.Status) int64) statusMetric {
+	return statusMetric{prometheus.NewDesc(name, help, nil, labels), prometheus.GaugeValue, func(s *archive.Status) float64 { return float64(v(s)) }}
 }
 
 var (
@@ -108,35 +109,35 @@ var (
 
 // statusMetrics are the metrics of every mount.
 var statusMetrics = []statusMetric{
-	gauge("tarmount_archive_size_bytes", "Size of the archive as stored.", nil, func(s *mountStatus) int64 { return s.Archive.Size }),
-	gauge("tarmount_index_entries", "Entries (inodes) in the index.", nil, func(s *mountStatus) int64 { return int64(s.Index.Entries) }),
-	gauge("tarmount_index_checkpoints", "Checkpoints (spans) in the index.", nil, func(s *mountStatus) int64 { return int64(s.Index.Checkpoints) }),
-	gauge("tarmount_uptime_seconds", "Seconds since the server started.", nil, func(s *mountStatus) int64 { return int64(s.UptimeSeconds) }),
-	counter("tarmount_fetch_requests_total", "Range requests to the archive's source, materialization's included.", nil, func(s *mountStatus) int64 { return s.Fetch.Requests }),
-	counter("tarmount_fetch_bytes_total", "Bytes fetched from the archive's source, materialization's included.", nil, func(s *mountStatus) int64 { return s.Fetch.Bytes }),
-	gauge("tarmount_fetch_in_flight_bytes", "Bytes asked of the source by the mount's fetches not yet answered.", nil, func(s *mountStatus) int64 { return s.Fetch.InFlightBytes }),
-	counter("tarmount_fetch_retries_total", "Attempts after the first of a range request.", nil, func(s *mountStatus) int64 { return s.Fetch.Retries }),
-	counter("tarmount_fetch_stalls_total", "Transfers restarted by the stall watchdog (--min-speed).", nil, func(s *mountStatus) int64 { return s.Fetch.Stalls }),
-	counter("tarmount_fetch_timeouts_total", "Reads of the source that failed after --read-timeout.", nil, func(s *mountStatus) int64 { return s.Fetch.Timeouts }),
-	counter("tarmount_cache_memory_hits_total", "Lookups served from memory, by cache.", blocksCache, func(s *mountStatus) int64 { return s.Cache.BlockHits }),
-	counter("tarmount_cache_memory_hits_total", "Lookups served from memory, by cache.", spansCache, func(s *mountStatus) int64 { return s.Cache.SpanHits }),
-	counter("tarmount_cache_memory_misses_total", "Lookups that waited for a fetch or a decode, by cache.", blocksCache, func(s *mountStatus) int64 { return s.Cache.BlockMisses }),
-	counter("tarmount_cache_memory_misses_total", "Lookups that waited for a fetch or a decode, by cache.", spansCache, func(s *mountStatus) int64 { return s.Cache.SpanMisses }),
-	gauge("tarmount_cache_memory_bytes", "Bytes of fetched blocks and decoded spans held in memory.", nil, func(s *mountStatus) int64 { return s.Cache.MemoryBytes }),
-	gauge("tarmount_cache_memory_limit_bytes", "Bound of the memory caches (--cache-mem).", nil, func(s *mountStatus) int64 { return s.Cache.MemoryLimitBytes }),
-	counter("tarmount_cache_disk_hits_total", "Blocks and ranges read from the disk cache instead of the source.", nil, func(s *mountStatus) int64 { return s.Cache.DiskHits }),
-	counter("tarmount_cache_disk_read_bytes_total", "Bytes read from the disk cache instead of the source.", nil, func(s *mountStatus) int64 { return s.Cache.DiskReadBytes }),
-	gauge("tarmount_cache_disk_used_bytes", "Bytes used by the disk cache directory (shared by mounts; an estimate).", nil, func(s *mountStatus) int64 { return s.Cache.DiskUsedBytes }),
-	counter("tarmount_span_decodes_total", "Spans decoded from checkpoints and verified, materialization's included.", nil, func(s *mountStatus) int64 { return s.Cache.SpanDecodes }),
+	gauge("tarmount_archive_size_bytes", "Size of the archive as stored.", nil, func(s *archive.Status) int64 { return s.Archive.Size }),
+	gauge("tarmount_index_entries", "Entries (inodes) in the index.", nil, func(s *archive.Status) int64 { return int64(s.Index.Entries) }),
+	gauge("tarmount_index_checkpoints", "Checkpoints (spans) in the index.", nil, func(s *archive.Status) int64 { return int64(s.Index.Checkpoints) }),
+	gauge("tarmount_uptime_seconds", "Seconds since the server started.", nil, func(s *archive.Status) int64 { return int64(s.UptimeSeconds) }),
+	counter("tarmount_fetch_requests_total", "Range requests to the archive's source, materialization's included.", nil, func(s *archive.Status) int64 { return s.Fetch.Requests }),
+	counter("tarmount_fetch_bytes_total", "Bytes fetched from the archive's source, materialization's included.", nil, func(s *archive.Status) int64 { return s.Fetch.Bytes }),
+	gauge("tarmount_fetch_in_flight_bytes", "Bytes asked of the source by the mount's fetches not yet answered.", nil, func(s *archive.Status) int64 { return s.Fetch.InFlightBytes }),
+	counter("tarmount_fetch_retries_total", "Attempts after the first of a range request.", nil, func(s *archive.Status) int64 { return s.Fetch.Retries }),
+	counter("tarmount_fetch_stalls_total", "Transfers restarted by the stall watchdog (--min-speed).", nil, func(s *archive.Status) int64 { return s.Fetch.Stalls }),
+	counter("tarmount_fetch_timeouts_total", "Reads of the source that failed after --read-timeout.", nil, func(s *archive.Status) int64 { return s.Fetch.Timeouts }),
+	counter("tarmount_cache_memory_hits_total", "Lookups served from memory, by cache.", blocksCache, func(s *archive.Status) int64 { return s.Cache.BlockHits }),
+	counter("tarmount_cache_memory_hits_total", "Lookups served from memory, by cache.", spansCache, func(s *archive.Status) int64 { return s.Cache.SpanHits }),
+	counter("tarmount_cache_memory_misses_total", "Lookups that waited for a fetch or a decode, by cache.", blocksCache, func(s *archive.Status) int64 { return s.Cache.BlockMisses }),
+	counter("tarmount_cache_memory_misses_total", "Lookups that waited for a fetch or a decode, by cache.", spansCache, func(s *archive.Status) int64 { return s.Cache.SpanMisses }),
+	gauge("tarmount_cache_memory_bytes", "Bytes of fetched blocks and decoded spans held in memory.", nil, func(s *archive.Status) int64 { return s.Cache.MemoryBytes }),
+	gauge("tarmount_cache_memory_limit_bytes", "Bound of the memory caches (--cache-mem).", nil, func(s *archive.Status) int64 { return s.Cache.MemoryLimitBytes }),
+	counter("tarmount_cache_disk_hits_total", "Blocks and ranges read from the disk cache instead of the source.", nil, func(s *archive.Status) int64 { return s.Cache.DiskHits }),
+	counter("tarmount_cache_disk_read_bytes_total", "Bytes read from the disk cache instead of the source.", nil, func(s *archive.Status) int64 { return s.Cache.DiskReadBytes }),
+	gauge("tarmount_cache_disk_used_bytes", "Bytes used by the disk cache directory (shared by mounts; an estimate).", nil, func(s *archive.Status) int64 { return s.Cache.DiskUsedBytes }),
+	counter("tarmount_span_decodes_total", "Spans decoded from checkpoints and verified, materialization's included.", nil, func(s *archive.Status) int64 { return s.Cache.SpanDecodes }),
 }
 
 // materializeMetrics are the metrics of a mount with --materialize.
 var materializeMetrics = []statusMetric{
-	counter("tarmount_materialize_files_written_total", "Files written to DIR by this run.", nil, func(s *mountStatus) int64 { return s.Materialize.Files }),
-	counter("tarmount_materialize_bytes_written_total", "Bytes of file data written to DIR by this run.", nil, func(s *mountStatus) int64 { return s.Materialize.Bytes }),
-	gauge("tarmount_materialize_target_files", "Files this run writes (0 until known).", nil, func(s *mountStatus) int64 { return s.Materialize.FilesTotal }),
-	gauge("tarmount_materialize_target_bytes", "Bytes of file data this run writes (0 until known).", nil, func(s *mountStatus) int64 { return s.Materialize.BytesTotal }),
-	gauge("tarmount_materialize_complete", "1 once DIR is complete, else 0.", nil, func(s *mountStatus) int64 {
+	counter("tarmount_materialize_files_written_total", "Files written to DIR by this run.", nil, func(s *archive.Status) int64 { return s.Materialize.Files }),
+	counter("tarmount_materialize_bytes_written_total", "Bytes of file data written to DIR by this run.", nil, func(s *archive.Status) int64 { return s.Materialize.Bytes }),
+	gauge("tarmount_materialize_target_files", "Files this run writes (0 until known).", nil, func(s *archive.Status) int64 { return s.Materialize.FilesTotal }),
+	gauge("tarmount_materialize_target_bytes", "Bytes of file data this run writes (0 until known).", nil, func(s *archive.Status) int64 { return s.Materialize.BytesTotal }),
+	gauge("tarmount_materialize_complete", "1 once DIR is complete, else 0.", nil, func(s *archive.Status) int64 {
 		if s.Materialize.Complete {
 			return 1
 		}
@@ -152,7 +153,7 @@ var infoDesc = prometheus.NewDesc("tarmount_info", "Always 1: the mount's archiv
 type statusCollector struct{ s *statusSource }
 
 func (c statusCollector) metrics() []statusMetric {
-	if c.s.bg == nil {
+	if !c.s.materialize {
 		return statusMetrics
 	}
 	return append(statusMetrics[:len(statusMetrics):len(statusMetrics)], materializeMetrics...)

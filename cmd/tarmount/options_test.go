@@ -15,10 +15,10 @@ func TestApplyMountOptions(t *testing.T) {
 		{"ro,allow_other,dev,suid,nofail,_netdev,x-systemd.automount,comment=boot", func(c *config) bool { return c.allowOther && !c.debugFUSE }, ""},
 		{"debug", func(c *config) bool { return c.debugFUSE }, ""},
 		{"materialize=/var/lib/rt,cache_dir=/var/cache/tm,fetch-workers=16", func(c *config) bool {
-			return c.mat.dir == "/var/lib/rt" && c.cacheDir == "/var/cache/tm" && c.workers == 16
+			return c.mat.dir == "/var/lib/rt" && c.ao.CacheDir == "/var/cache/tm" && c.ao.FetchWorkers == 16
 		}, ""},
-		{"no_sign_request,foreground", func(c *config) bool { return c.s3.noSignRequest && c.foreground }, ""},
-		{"header=Authorization: Bearer x", func(c *config) bool { return c.headers.h.Get("Authorization") == "Bearer x" }, ""},
+		{"no_sign_request,foreground", func(c *config) bool { return c.ao.NoSignRequest && c.foreground }, ""},
+		{"header=Authorization: Bearer x", func(c *config) bool { return c.ao.Header.Get("Authorization") == "Bearer x" }, ""},
 		{"no_such_option", nil, `unknown mount option "no_such_option"`},
 		{"materialize", nil, "needs a value"},
 		{"fetch_workers=many", nil, "mount option fetch_workers=many"},

@@ -1,10 +1,9 @@
-package main
+package archive
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -45,49 +44,50 @@ func TestSavedIndexVersions(t *testing.T) {
 		entries int  // members and the root
 		hit     bool // the newest saved index is the one used
 	}{
-		{path, v1, t1, indexFromBuilt, 3, false},
-		{path, v2, t2, indexFromBuilt, 4, false}, // the newest is v1's
-		{path, v1, t1, indexFromCache, 3, false}, // the newest is v2's
-		{path, v1, t1, indexFromCache, 3, false}, // still v2's: a load saves nothing
-		{path, v2, t2, indexFromCache, 4, true},
-		{"file://" + path, v2, t2, indexFromCache, 4, true}, // one name for both forms
+		{path, v1, t1, FromBuilt, 3, false},
+		{path, v2, t2, FromBuilt, 4, false}, // the newest is v1's
+		{path, v1, t1, FromCache, 3, false}, // the newest is v2's
+		{path, v1, t1, FromCache, 3, false}, // still v2's: a load saves nothing
+		{path, v2, t2, FromCache, 4, true},
+		{"file://" + path, v2, t2, FromCache, 4, true}, // one name for both forms
 	} {
 		put(step.data, step.at)
-		var c config
-		if _, err := parse(c.flags("tarmount index", io.Discard), []string{"--cache-dir", cache}); err != nil {
-			t.Fatal(err)
-		}
 		name, err := fetch.Name(step.url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		newest := newestSaved(cache, name)
+		newest := NewestSaved(cache, name)
 		var logged bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		a, err := openArchive(context.Background(), step.url, &c, log, false)
+		opts := DefaultOptions()
+		opts.CacheDir, opts.Logger = cache, log
+		a, err := OpenIndexed(context.Background(), step.url, opts)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		if a.indexFrom != step.from || a.ix.Len() != step.entries {
+		if a.IndexFrom() != step.from || a.Index().Len() != step.entries {
 			t.Errorf("step %d: got an index from %s with %d entries, want one from %s with %d",
-				i, a.indexFrom, a.ix.Len(), step.from, step.entries)
+				i, a.IndexFrom(), a.Index().Len(), step.from, step.entries)
 		}
-		used := cachePath(cache, a.src.String(), a.src.Identity())
+		used := a.SavedIndex()
+		if want := SavedPath(cache, a.String(), a.Identity()); used != want {
+			t.Errorf("step %d: saved at %q, want %q", i, used, want)
+		}
 		if hit := newest == used; hit != step.hit {
 			t.Errorf("step %d: newest saved index %q, the one used %q: hit %v, want %v", i, newest, used, hit, step.hit)
 		}
 		if hit := strings.Contains(logged.String(), "preloaded=true"); hit != step.hit {
 			t.Errorf("step %d: the index used came from the preload: %v, want %v; log:\n%s", i, hit, step.hit, logged.String())
 		}
-		a.Close(log)
+		a.Close()
 		if gc := debug.SetGCPercent(100); gc != 100 {
 			t.Errorf("step %d: the garbage collector is left at %d%%, want 100%%", i, gc)
 		}
 		// The files' times tell which index is the newest.
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := newestSaved(cache, "no such archive"); got != "" {
-		t.Errorf("newestSaved of an archive never indexed: got %q, want none", got)
+	if got := NewestSaved(cache, "no such archive"); got != "" {
+		t.Errorf("NewestSaved of an archive never indexed: got %q, want none", got)
 	}
 }
 

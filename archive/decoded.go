@@ -1,4 +1,4 @@
-package main
+package archive
 
 import (
 	"errors"
@@ -12,32 +12,31 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/tarmount/tarmount/index"
 )
 
-// Stream-only archives (a single-frame zstd, a single-block xz) cannot be decoded
-// from the middle: the index pass writes the decoded tar stream to
+// The decoded copy of a stream-only archive. Stream-only archives (a
+// single-frame zstd, a single-block xz) cannot be decoded from the
+// middle: the index pass writes the decoded tar stream to
 // CACHE-DIR/decoded/KEY.tar (sparse: zero blocks are holes) and reads are
 // served from there, checked against the index's span digests. The files
-// are bounded by --cache-decoded in all: before a pass writes more, the
+// are bounded by Options.CacheDecoded in all: before a pass writes more, the
 // least recently used copies of other archives are removed (a mount using
 // one keeps its open file). A saved index whose copy is gone is rebuilt
 // by a new pass, which writes the copy again.
 
-// localCopyPath names the decoded copy of an archive, next to its index's
+// decodedPath names the decoded copy of an archive, next to its index's
 // name in the cache.
-func localCopyPath(cacheDir, indexPath string) string {
+func decodedPath(cacheDir, indexPath string) string {
 	return filepath.Join(cacheDir, "decoded", strings.TrimSuffix(filepath.Base(indexPath), ".idx")+".tar")
 }
 
-// errLocalFull says that a stream-only archive decodes to more than the
+// errDecodedFull says that a stream-only archive decodes to more than the
 // bound.
-var errLocalFull = errors.New("decoded archive larger than --cache-decoded")
+var errDecodedFull = errors.New("decoded archive larger than --cache-decoded")
 
-// localWriter writes the decoded copy during the index pass into a
+// decodedWriter writes the decoded copy during the index pass into a
 // temporary file, created on the first write, and enforces the bound.
-type localWriter struct {
+type decodedWriter struct {
 	path  string // final name
 	limit int64
 	log   *slog.Logger
@@ -53,7 +52,7 @@ type localWriter struct {
 // pass runs (index.ReaderOptions.Local of an index.Live): it returns
 // io.EOF past what is written, and reads on after commit. The span digests
 // check what it returns.
-func (w *localWriter) ReadAt(p []byte, off int64) (int, error) {
+func (w *decodedWriter) ReadAt(p []byte, off int64) (int, error) {
 	w.mu.Lock()
 	ro := w.ro
 	w.mu.Unlock()
@@ -64,7 +63,7 @@ func (w *localWriter) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // closeReads closes the file ReadAt reads.
-func (w *localWriter) closeReads() {
+func (w *decodedWriter) closeReads() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ro != nil {
@@ -73,7 +72,7 @@ func (w *localWriter) closeReads() {
 	}
 }
 
-func (w *localWriter) WriteAt(p []byte, off int64) (int, error) {
+func (w *decodedWriter) WriteAt(p []byte, off int64) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	end := off + int64(len(p))
@@ -96,17 +95,17 @@ func (w *localWriter) WriteAt(p []byte, off int64) (int, error) {
 	}
 	if end > w.budget && !w.evicted {
 		w.evicted = true
-		w.budget = w.limit - evictLocal(filepath.Dir(w.path), w.f.Name(), w.limit, w.log)
+		w.budget = w.limit - evictDecoded(filepath.Dir(w.path), w.f.Name(), w.limit, w.log)
 	}
 	if end > w.budget {
-		return 0, fmt.Errorf("%w (%d bytes): raise it, or make a seekable archive with tarmount pack", errLocalFull, w.limit)
+		return 0, fmt.Errorf("%w (%d bytes): raise it, or make a seekable archive with tarmount pack", errDecodedFull, w.limit)
 	}
 	return w.f.WriteAt(p, off)
 }
 
 // commit gives the copy its final size and name; without a copy (the
 // archive has checkpoints) it does nothing.
-func (w *localWriter) commit(size int64) error {
+func (w *decodedWriter) commit(size int64) error {
 	if w.f == nil {
 		return errors.New("stream-only archive without a decoded copy")
 	}
@@ -122,7 +121,7 @@ func (w *localWriter) commit(size int64) error {
 }
 
 // discard removes the temporary file, if any.
-func (w *localWriter) discard() {
+func (w *decodedWriter) discard() {
 	if w.f != nil {
 		w.f.Close()
 		os.Remove(w.f.Name())
@@ -133,37 +132,37 @@ func (w *localWriter) discard() {
 // usedBy returns the bytes the other files in dir take on disk.
 func usedBy(dir, except string) int64 {
 	var n int64
-	for _, e := range localCopies(dir, except) {
+	for _, e := range decodedCopies(dir, except) {
 		n += e.size
 	}
 	return n
 }
 
-type localFile struct {
+type decodedFile struct {
 	path  string
 	size  int64
 	mtime time.Time
 }
 
-func localCopies(dir, except string) []localFile {
+func decodedCopies(dir, except string) []decodedFile {
 	ents, _ := os.ReadDir(dir)
-	var out []localFile
+	var out []decodedFile
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
 		if p == except || !strings.HasSuffix(e.Name(), ".tar") {
 			continue
 		}
 		if info, err := e.Info(); err == nil {
-			out = append(out, localFile{p, diskUsage(info), info.ModTime()})
+			out = append(out, decodedFile{p, diskUsage(info), info.ModTime()})
 		}
 	}
 	return out
 }
 
-// evictLocal removes the least recently used decoded copies in dir, until
+// evictDecoded removes the least recently used decoded copies in dir, until
 // they take at most half of limit, and returns what the rest take.
-func evictLocal(dir, except string, limit int64, log *slog.Logger) int64 {
-	files := localCopies(dir, except)
+func evictDecoded(dir, except string, limit int64, log *slog.Logger) int64 {
+	files := decodedCopies(dir, except)
 	sort.Slice(files, func(i, j int) bool { return files[i].mtime.Before(files[j].mtime) })
 	var used int64
 	for _, f := range files {
@@ -181,9 +180,9 @@ func evictLocal(dir, except string, limit int64, log *slog.Logger) int64 {
 	return used
 }
 
-// openLocalCopy opens the decoded copy of a stream-only archive, or
+// openDecoded opens the decoded copy of a stream-only archive, or
 // returns nil when there is none of the right size.
-func openLocalCopy(path string, size int64) *os.File {
+func openDecoded(path string, size int64) *os.File {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
@@ -204,15 +203,4 @@ func diskUsage(info os.FileInfo) int64 {
 		return st.Blocks * 512
 	}
 	return info.Size()
-}
-
-// streamOnlyReason says why an archive cannot be read at random.
-func streamOnlyReason(c index.Codec) string {
-	switch c {
-	case index.CodecZstd:
-		return "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)"
-	case index.CodecXz:
-		return "it has an xz stream of one block (xz without -T writes one) or a block too big to decode per read"
-	}
-	return c.String() + " streams are decoded from their start"
 }

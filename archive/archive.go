@@ -1,0 +1,318 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index"
+)
+
+// Where an archive's index came from (Archive.IndexFrom, Status).
+const (
+	FromFile     = "file"     // Options.IndexFile
+	FromCache    = "cache"    // saved in the cache directory by an earlier run
+	FromEmbedded = "embedded" // in the archive (tarmount pack)
+	FromBuilt    = "built"    // by the first pass of this Archive
+	Building     = "building" // by the first pass of this Archive, still running (or failed)
+)
+
+// Archive is an opened source with its index, or with the first pass
+// that builds it. Its methods are safe for concurrent use, except where
+// their doc says otherwise; Close waits for everything it started.
+type Archive struct {
+	// set once by Open
+	opts   Options
+	log    *slog.Logger
+	base   fetch.Source    // the source with retries
+	src    *countingSource // base, counting every read
+	blocks *fetch.Blocks
+	disk   *fetch.DiskCache // nil = none
+	// probe counts the reads that look for an embedded index: they go
+	// to the source, not through blocks.
+	probe *countingSource
+	saved string // where the index of this version is saved
+
+	// The index. Set by Open when it found one; else by the first pass
+	// (Build, or StartPass: then they may be read only once passDone is
+	// closed; indexed says so).
+	ix      *index.Index
+	reader  *index.Reader
+	decoded *os.File // the decoded copy of a stream-only archive
+	from    string   // FromFile, FromCache, FromEmbedded or FromBuilt
+
+	// A pass in the background (StartPass): live serves the archive
+	// while it runs. passErr is why it failed, set before passDone is
+	// closed.
+	live       *index.Live
+	passCopy   *decodedWriter // the decoded copy the pass writes, read by live
+	passDone   chan struct{}
+	cancelPass context.CancelFunc
+	passErr    error
+
+	bg        *Materializer // nil without Materialize
+	closeOnce sync.Once
+}
+
+// countingSource counts the bytes and requests read from a Source.
+type countingSource struct {
+	fetch.Source
+	n, requests atomic.Int64
+}
+
+func (s *countingSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n, err := s.Source.ReadAt(ctx, p, off)
+	s.n.Add(int64(n))
+	s.requests.Add(1)
+	return n, err
+}
+
+// Local reports whether the counted source is a local file (fetch.IsLocal).
+func (s *countingSource) Local() bool { return fetch.IsLocal(s.Source) }
+
+// Open opens the archive at url (http(s)://, s3://, file:// or a path)
+// and finds its index: Options.IndexFile (refused when it was built for
+// another version of the archive), else the saved one in the cache
+// directory (unless Options.Rebuild), else the one embedded in the
+// archive. Without one, Index is nil: Build or StartPass makes it.
+func Open(ctx context.Context, url string, opts Options) (*Archive, error) {
+	return open(ctx, url, opts, true)
+}
+
+// OpenIndexed is Open, then Build when the archive has no index yet.
+func OpenIndexed(ctx context.Context, url string, opts Options) (*Archive, error) {
+	a, err := Open(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Build(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// open is Open; blocksOnDisk says whether fetched blocks are kept in the
+// disk cache (a one-pass extraction reads each block once).
+func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Archive, error) {
+	opts = opts.withDefaults()
+	log := opts.Logger
+	// The index most likely wanted is read while the source is opened,
+	// which takes a round trip or more (HEAD): a remount is ready after
+	// the longer of the two, not their sum.
+	var pre *preload
+	switch {
+	case opts.IndexFile != "":
+		pre = startPreload(opts.IndexFile)
+	case !opts.Rebuild:
+		if name, err := fetch.Name(url); err == nil {
+			pre = startPreload(NewestSaved(opts.CacheDir, name))
+		}
+	}
+	defer pre.wait()
+	disk := opts.openDiskCache()
+	base, err := opts.openSource(ctx, url, disk)
+	if err != nil {
+		if disk != nil {
+			disk.Close()
+		}
+		return nil, err
+	}
+	a := &Archive{opts: opts, log: log, base: base, src: &countingSource{Source: base}, disk: disk}
+	a.probe = &countingSource{Source: a.src}
+	bopts := fetch.BlocksOptions{BlockSize: opts.BlockSize, Workers: opts.FetchWorkers, CacheBytes: opts.CacheMem / 2, Logger: log}
+	if blocksOnDisk {
+		bopts.Disk = disk
+	}
+	a.blocks = fetch.NewBlocks(a.src, bopts)
+	id := base.Identity()
+	a.saved = SavedPath(opts.CacheDir, base.String(), id)
+	if err := a.lookup(ctx, pre, id); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// lookup is the one index lookup (see Open).
+func (a *Archive) lookup(ctx context.Context, pre *preload, id fetch.Identity) error {
+	log, opts := a.log, a.opts
+	switch {
+	case opts.IndexFile != "":
+		ix, _, err := pre.load(opts.IndexFile)
+		if err != nil {
+			return err
+		}
+		if !ix.Source.Equal(id) {
+			return fmt.Errorf("%w: %s was built for %s, the source is now %s",
+				index.ErrIdentity, opts.IndexFile, ix.Source, id)
+		}
+		a.ix, a.from = ix, FromFile
+	case !opts.Rebuild:
+		if ix, hit, err := pre.load(a.saved); err == nil && ix.Source.Equal(id) {
+			log.Debug("index loaded", "path", a.saved, "preloaded", hit)
+			a.ix, a.from = ix, FromCache
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("saved index unusable, rebuilding", "path", a.saved, "err", err)
+		}
+	}
+	if a.ix == nil {
+		// A packed archive carries its index: no pass at all.
+		ix, err := index.LoadEmbedded(ctx, a.probe, id)
+		switch {
+		case err == nil:
+			log.Info("index embedded in the archive", "src", a.base.String(), "entries", ix.Len())
+			a.ix, a.from = ix, FromEmbedded
+			if err := a.ix.Save(a.saved); err != nil {
+				log.Warn("could not save index", "path", a.saved, "err", err)
+			}
+		case !errors.Is(err, index.ErrNoEmbeddedIndex):
+			log.Warn("embedded index unusable, indexing", "src", a.base.String(), "err", err)
+		}
+	}
+	if a.ix != nil && a.ix.StreamOnly() {
+		if a.decoded = openDecoded(a.decodedPath(), a.ix.TarSize); a.decoded == nil {
+			log.Info("the decoded copy of this stream-only archive is gone: decoding it again", "path", a.decodedPath())
+			a.ix = nil
+		}
+	}
+	return nil
+}
+
+// decodedPath is where the decoded copy of this version of the archive
+// is kept when it is stream-only.
+func (a *Archive) decodedPath() string { return decodedPath(a.opts.CacheDir, a.saved) }
+
+// String is the source's name: its URL without credentials or query, or
+// its path.
+func (a *Archive) String() string { return a.base.String() }
+
+// Identity is the version of the archive that was opened.
+func (a *Archive) Identity() fetch.Identity { return a.base.Identity() }
+
+// Index is the archive's index: nil before Build, and while a pass
+// started by StartPass runs (Indexed says when it may be read).
+func (a *Archive) Index() *index.Index {
+	if !a.indexed() {
+		return nil
+	}
+	return a.ix
+}
+
+// Reader reads the members of an indexed archive (nil before Build or
+// while StartPass's pass runs).
+func (a *Archive) Reader() *index.Reader {
+	if !a.indexed() {
+		return nil
+	}
+	return a.reader
+}
+
+// IndexFrom says where the index came from: FromFile, FromCache,
+// FromEmbedded, FromBuilt, or Building while the pass runs or when it
+// failed.
+func (a *Archive) IndexFrom() string {
+	if !a.indexed() || a.ix == nil {
+		return Building
+	}
+	return a.from
+}
+
+// SavedIndex is the path where the index of this version of the archive
+// is saved in the cache directory.
+func (a *Archive) SavedIndex() string { return a.saved }
+
+// Fetched is the bytes and requests read from the source so far.
+func (a *Archive) Fetched() (bytes, requests int64) { return a.src.n.Load(), a.src.requests.Load() }
+
+// indexed reports whether a.ix and a.reader may be used: the index was
+// there at open, or the pass that builds it has ended (with a.ix nil if
+// it failed).
+func (a *Archive) indexed() bool {
+	if a.passDone == nil {
+		return true
+	}
+	select {
+	case <-a.passDone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close stops the pass and the materialization, if any, and waits for
+// them, then closes the readers, caches and source. It is idempotent.
+func (a *Archive) Close() {
+	a.closeOnce.Do(a.close)
+}
+
+func (a *Archive) close() {
+	log := a.log
+	a.stopPass()
+	if a.bg != nil {
+		a.bg.stop()
+	}
+	if a.live != nil {
+		a.live.Close()
+		a.passCopy.closeReads()
+	}
+	st := a.blocks.Stats()
+	log.Debug("block cache totals", "requests", st.Requests, "bytes", st.BytesFetched, "in_flight", st.InFlight,
+		"hits", st.CacheHits, "misses", st.CacheMisses, "evictions", st.Evictions,
+		"disk_hits", st.DiskHits, "disk_bytes", st.DiskBytes, "disk_writes", st.DiskWrites, "disk_dropped", st.DiskDropped)
+	if a.reader != nil {
+		a.reader.Close()
+	}
+	a.blocks.Close()
+	if a.decoded != nil {
+		a.decoded.Close()
+	}
+	if a.disk != nil {
+		a.disk.Close()
+	}
+	if rs, ok := a.base.(interface{ RetryStats() fetch.RetryStats }); ok {
+		if st := rs.RetryStats(); st != (fetch.RetryStats{}) {
+			log.Info("fetch retries", "src", a.base.String(), "retries", st.Retries, "resumes", st.Resumes,
+				"stalls", st.Stalls, "timeouts", st.Timeouts)
+		}
+	}
+	a.base.Close()
+}
+
+// openReader makes a.reader, which reads a.ix's entries.
+func (a *Archive) openReader() {
+	log := a.log
+	localPath := a.decodedPath()
+	if a.ix.StreamOnly() {
+		log.Warn("stream-only archive: "+a.ix.Codec.StreamOnlyReason()+"; reads are served from its decoded copy on disk. "+
+			"For random access from the archive itself, make a seekable one: tarmount pack URL -o OUT.tar.zst",
+			"src", a.base.String(), "path", localPath, "len", a.ix.TarSize)
+	}
+	// Through the blocks (index.BlockSource): a compressed span is
+	// fetched with one exact range request (kept on disk when there is a
+	// disk cache); plain tar reads choose between the blocks, with
+	// prefetch, and exact ranges.
+	ropts := index.ReaderOptions{CacheBytes: a.opts.CacheMem / 2, Readahead: a.opts.Readahead, Logger: log}
+	if a.decoded != nil {
+		ropts.Local = a.decoded
+		var once sync.Once
+		ropts.LocalDamaged = func(int) {
+			// Drop the name of the damaged copy, so that the next
+			// mount decodes the archive again; this one keeps the
+			// open file for the spans that are intact.
+			once.Do(func() {
+				if err := os.Remove(localPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+					log.Warn("decoded copy damaged, and could not be removed", "path", localPath, "err", err)
+					return
+				}
+				log.Warn("decoded copy damaged: removed; the next mount decodes the archive again", "path", localPath)
+			})
+		}
+	}
+	a.reader = index.NewReader(a.ix, a.blocks, ropts)
+}

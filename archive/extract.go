@@ -1,0 +1,136 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/materialize"
+)
+
+// Extraction writes the whole tree of an archive into a directory, as
+// fast as we can: with an index (given, saved or embedded), spans
+// decoded in parallel from the checkpoints; without one, one streamed
+// pass that extracts and builds the index, saved for the next mount.
+// An interrupted extraction resumes from its journal.
+type Extraction struct {
+	// set once by Extract
+	a      *Archive
+	job    *materialize.Job
+	prog   *materialize.Progress
+	spans  materialize.Spans // nil: one pass
+	reader *index.Reader     // with spans
+	start  time.Time
+
+	consumed atomic.Int64 // archive bytes read by a one-pass extraction
+}
+
+// ExtractSummary says what an extraction did.
+type ExtractSummary struct {
+	Dir                   string
+	OnePass               bool // the archive was read in one pass, else in parallel spans
+	Files, Bytes, Entries int64
+	Elapsed               time.Duration
+	Fetched, Requests     int64 // from the source
+	Decoded               int64 // bytes of tar decoded
+	Codec                 string
+	TarSize               int64
+}
+
+// Extract opens the archive at url and the extraction into dir, which
+// is refused when it is not empty and tarmount did not make it from this
+// archive (unless Overwrite). Run runs it, unless Complete says DIR is
+// already complete; Close releases it.
+func Extract(ctx context.Context, url, dir string, opts Options, mo MaterializeOptions) (*Extraction, error) {
+	x := &Extraction{start: time.Now(), prog: &materialize.Progress{}}
+	// The blocks stream a one-pass extraction, which reads each of them
+	// once: the disk cache keeps only whole copies from servers that
+	// ignore ranges.
+	a, err := open(ctx, url, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	x.a = a
+	x.job, err = materialize.Open(dir, a.Identity().Key(), materialize.Options{
+		Writers: mo.Writers, Decoders: mo.Decoders, Overwrite: mo.Overwrite, Sync: mo.Sync,
+		Progress: x.prog, Logger: a.log,
+	})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	if a.ix != nil {
+		// Straight on the source: one exact range request per span.
+		x.reader = index.NewReader(a.ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log})
+		x.spans = materialize.IndexSpans(x.reader, a.src)
+	}
+	return x, nil
+}
+
+// Complete reports whether DIR was already complete: Run has nothing to
+// do.
+func (x *Extraction) Complete() bool { return x.job.Complete() }
+
+// Dir is the directory written.
+func (x *Extraction) Dir() string { return x.job.Dir() }
+
+// OnePass reports whether the archive is read in one streamed pass
+// (there is no index to read it in spans).
+func (x *Extraction) OnePass() bool { return x.spans == nil }
+
+// Progress counts the files and bytes to write and written.
+func (x *Extraction) Progress() *materialize.Progress { return x.prog }
+
+// Read is how much of the archive a one-pass extraction has read, and
+// the archive's size.
+func (x *Extraction) Read() (consumed, size int64) { return x.consumed.Load(), x.a.Identity().Size }
+
+// Run extracts. It must be called once.
+func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
+	a, ix := x.a, x.a.ix
+	if x.spans == nil {
+		// One streamed pass: parallel range requests ahead of the
+		// decoder, the writers behind it; the index is a by-product.
+		var err error
+		ix, err = a.pass(ctx, nil, nil, x.job.Stage, func(n int64) { x.consumed.Store(n) })
+		if err != nil {
+			x.job.Abandon()
+			return nil, fmt.Errorf("extract %s: %w", a, err)
+		}
+		x.consumed.Store(a.Identity().Size)
+		// Saved while the files are placed: nothing waits for it but
+		// the end of Run.
+		saved := make(chan struct{})
+		go func() {
+			defer close(saved)
+			if err := ix.Save(a.saved); err != nil {
+				a.log.Warn("could not save index", "path", a.saved, "err", err)
+			}
+		}()
+		defer func() { <-saved }()
+	}
+	if err := x.job.Run(ctx, ix, x.spans); err != nil {
+		return nil, fmt.Errorf("extract %s into %s: %w", a, x.job.Dir(), err)
+	}
+	s := &ExtractSummary{
+		Dir: x.job.Dir(), OnePass: x.spans == nil, Elapsed: time.Since(x.start),
+		Files: x.prog.Files.Load(), Bytes: x.prog.Bytes.Load(), Entries: x.prog.Entries.Load(),
+		Decoded: x.prog.Decoded.Load(), Codec: ix.Codec.String(), TarSize: ix.TarSize,
+	}
+	s.Fetched, s.Requests = a.Fetched()
+	if s.OnePass {
+		s.Decoded = ix.TarSize // the one pass decoded all of it
+	}
+	return s, nil
+}
+
+// Close releases the extraction and its archive.
+func (x *Extraction) Close() {
+	x.job.Close()
+	if x.reader != nil {
+		x.reader.Close()
+	}
+	x.a.Close()
+}

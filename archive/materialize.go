@@ -1,0 +1,264 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/materialize"
+)
+
+// MaterializeOptions configure the materialization behind a mount and an
+// extraction. Zero values mean materialize's defaults.
+type MaterializeOptions struct {
+	Writers   int  // files written at once
+	Decoders  int  // spans fetched and decoded at once
+	Overwrite bool // write into a non-empty DIR that tarmount did not make from this archive
+	Sync      bool // make the tree durable (syncfs) before marking it complete
+}
+
+// Materializer writes the whole tree of a mounted archive to a local
+// directory in the background, and serves the files that are complete
+// there (fs.Local). A job that a failure stops (the server away for
+// longer than the read timeout, a TLS or credentials error) is opened
+// again after a pause, which resumes it from its journal, until it
+// completes or fails for good (the archive changed or is gone, or its
+// data does not match the index): the pauses are fetch's retry policy
+// (Resume*). Its methods are safe for concurrent use.
+type Materializer struct {
+	// set once
+	a      *Archive
+	dir    string
+	key    string
+	opts   materialize.Options
+	gate   *materialize.Gate
+	prog   *materialize.Progress
+	src    *countingSource // the archive's source, counting this job's reads
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// job is the current job; run replaces one that failed.
+	job atomic.Pointer[materialize.Job]
+	// reader is set by the job's goroutine before it runs the job.
+	reader atomic.Pointer[index.Reader]
+	// started is set by Run; err is the job's result (or why it did not
+	// start), set before done is closed.
+	started bool
+	err     error
+}
+
+// The pauses of a materialization that a failure stopped, before it is
+// opened again: fetch's backoff, under a ceiling doubling from the first
+// to the last.
+const (
+	ResumeFirstDelay = time.Second
+	ResumeMaxDelay   = time.Minute
+)
+
+// errNoSpans stops the materialization of an archive without checkpoints.
+var errNoSpans = errors.New("the archive has no checkpoints to read it in spans; run tarmount extract instead")
+
+// Materialize opens the materialization of the archive into dir, which
+// is refused here when tarmount did not make it from this archive (unless
+// Overwrite). It must be called before Start: without an index, the first
+// pass stages the files into it as it goes. Run starts it; Close stops it.
+func (a *Archive) Materialize(dir string, o MaterializeOptions) (*Materializer, error) {
+	m := &Materializer{a: a, gate: &materialize.Gate{}, prog: &materialize.Progress{}, done: make(chan struct{}),
+		key: a.Identity().Key(), src: &countingSource{Source: a.src}}
+	m.opts = materialize.Options{
+		Writers: o.Writers, Decoders: o.Decoders, Overwrite: o.Overwrite, Sync: o.Sync,
+		Gate: m.gate, Progress: m.prog, Logger: a.log,
+	}
+	job, err := materialize.Open(dir, m.key, m.opts)
+	if err != nil {
+		return nil, err
+	}
+	m.job.Store(job)
+	m.dir = job.Dir()
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	a.bg = m
+	return m, nil
+}
+
+// Dir is the directory written.
+func (m *Materializer) Dir() string { return m.dir }
+
+// Progress counts what the current run of the job has to do and has
+// done; the counts start again when a stopped job resumes.
+func (m *Materializer) Progress() *materialize.Progress { return m.prog }
+
+// Done is closed when the materialization has ended: complete, failed
+// for good, or stopped by Close.
+func (m *Materializer) Done() <-chan struct{} { return m.done }
+
+// Fetched is the bytes and requests the materialization read from the
+// source.
+func (m *Materializer) Fetched() (bytes, requests int64) {
+	return m.src.n.Load(), m.src.requests.Load()
+}
+
+// SpanDecodes is the spans the materialization decoded.
+func (m *Materializer) SpanDecodes() int64 {
+	if r := m.reader.Load(); r != nil {
+		return r.Stats().SpanDecodes
+	}
+	return 0
+}
+
+// OpenLocal opens the copy of id in DIR if the current job has it
+// complete (fs.Local). id is a pass id when the mount was made during
+// its index pass.
+func (m *Materializer) OpenLocal(id index.EntryID) (*os.File, bool) {
+	if m.a.live != nil {
+		fid, ok := m.a.live.FinalID(id)
+		if !ok {
+			return nil, false
+		}
+		id = fid
+	}
+	return m.job.Load().OpenLocal(id)
+}
+
+// State reports whether the job has made DIR complete, or why it
+// stopped ("" while it runs).
+func (m *Materializer) State() (complete bool, stopped string) {
+	select {
+	case <-m.done:
+		if m.err != nil {
+			return false, m.err.Error()
+		}
+		return true, ""
+	default:
+		return m.job.Load().Complete(), ""
+	}
+}
+
+// staged reports whether the index pass staged the archive's files into
+// the job: it ran with the job, and succeeded.
+func (m *Materializer) staged() bool { return m.a.live != nil && m.a.ix != nil }
+
+// Run starts the materialization in the background, after the first
+// pass when one runs. It must be called once, after Start.
+func (m *Materializer) Run() {
+	m.started = true
+	go func() {
+		defer close(m.done)
+		m.err = m.run()
+	}()
+}
+
+func (m *Materializer) run() error {
+	a, log := m.a, m.a.log
+	if a.passDone != nil {
+		select {
+		case <-a.passDone:
+		case <-m.ctx.Done():
+			return m.ctx.Err()
+		}
+		if a.ix == nil {
+			// What the failed pass staged was never checked to the
+			// end of the archive.
+			m.job.Load().Abandon()
+			return fmt.Errorf("index pass: %w", a.passErr)
+		}
+	}
+	// Its own reader straight on the source: span decodes neither go
+	// through nor evict the mount's caches (memory and disk).
+	ropts := index.ReaderOptions{Readahead: -1, Logger: log}
+	if a.decoded != nil {
+		ropts.Local = a.decoded // a stream-only archive's decoded copy
+	}
+	reader := index.NewReader(a.ix, m.src, ropts)
+	m.reader.Store(reader)
+	spans := materialize.IndexSpans(reader, m.src)
+	if spans == nil && !m.staged() && !m.job.Load().Complete() {
+		log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", m.dir)
+		return errNoSpans
+	}
+	start := time.Now()
+	log.Info("materializing", "path", m.dir)
+	policy := fetch.RetryOptions{MaxAttempts: math.MaxInt, BaseDelay: ResumeFirstDelay, MaxDelay: ResumeMaxDelay,
+		Deadline: math.MaxInt64, Logger: log}
+	first := true
+	err := fetch.Retry(m.ctx, policy, "materialize interrupted; files not yet written are served from the archive until it resumes",
+		m.dir, resumable, func(ctx context.Context) error {
+			if !first {
+				// A job runs once: close it, and open DIR again,
+				// which resumes from the journal. Meanwhile files
+				// are read from the archive.
+				m.job.Load().Close()
+				job, err := materialize.Open(m.dir, m.key, m.opts)
+				if err != nil {
+					return final{err}
+				}
+				m.resetProgress()
+				m.job.Store(job)
+			}
+			first = false
+			return m.job.Load().Run(ctx, a.ix, spans)
+		})
+	if err != nil {
+		if m.ctx.Err() == nil {
+			log.Error("materialize failed; files not yet written are served from the archive", "path", m.dir, "err", err)
+		}
+		return err
+	}
+	log.Info("materialized", "path", m.dir, "files", m.prog.Files.Load(), "bytes", m.prog.Bytes.Load(),
+		"fetched", m.src.n.Load(), "elapsed", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// final marks an error after which a materialization is not resumed.
+type final struct{ error }
+
+func (f final) Unwrap() error { return f.error }
+
+// resumable reports whether a materialization that failed with err may
+// complete if opened again: not when the archive changed or is gone, its
+// data does not match the index, or DIR is not ours. Anything else (the
+// source unreachable or refusing for a while, a full disk) may pass.
+func resumable(err error) bool {
+	if _, ok := errors.AsType[final](err); ok {
+		return false
+	}
+	for _, e := range []error{fetch.ErrChanged, fetch.ErrNotFound, fetch.ErrNoRange, index.ErrCorrupt,
+		index.ErrBadIndex, materialize.ErrNotOurs, errNoSpans} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// resetProgress starts the counts of a new run of the job: it counts
+// what is left to do.
+func (m *Materializer) resetProgress() {
+	p := m.prog
+	for _, c := range []*atomic.Int64{&p.FilesTotal, &p.BytesTotal, &p.Files, &p.Bytes, &p.Input, &p.Entries} {
+		c.Store(0)
+	}
+}
+
+// stop ends the job (resumable) and waits for it. A job that an index
+// pass staged into, and that did not get to run, is abandoned: what was
+// staged was never checked to the end of the archive.
+func (m *Materializer) stop() {
+	m.cancel()
+	if m.started {
+		<-m.done
+	}
+	if m.a.live != nil && !m.started {
+		m.job.Load().Abandon()
+	}
+	m.job.Load().Close()
+	if r := m.reader.Load(); r != nil {
+		r.Close()
+	}
+}

@@ -1,0 +1,186 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/index/tarscan"
+)
+
+// The first pass: one streamed read of the archive that records every
+// member and the decompressor checkpoints, and saves the index. It runs
+// in the foreground (Build), or in the background while a mount already
+// serves what it has seen (StartPass); a materialization opened before
+// it (Materialize) is fed the members as they pass.
+
+// Build makes the archive readable: it runs the first pass when Open
+// found no index, saving the index, and opens the reader. It must not be
+// called while a pass started by StartPass runs, nor concurrently with
+// itself.
+func (a *Archive) Build(ctx context.Context) error {
+	if a.passDone != nil {
+		return fmt.Errorf("build %s: a pass is running or ran in the background", a)
+	}
+	if a.reader != nil {
+		return nil
+	}
+	if a.ix == nil {
+		if err := a.build(ctx, nil, nil); err != nil {
+			return err
+		}
+	}
+	a.openReader()
+	return nil
+}
+
+// Start makes the archive ready to be served by a mount: with an index,
+// at once; without one and wait false, it starts the first pass in the
+// background (StartPass) and returns once the pass has read the first
+// member, which gives the root its attributes (an object that is no tar
+// archive is refused here); with wait, once the pass has ended (Build).
+// A materialization opened before (Materialize) is fed the members by
+// the pass.
+func (a *Archive) Start(ctx context.Context, wait bool) error {
+	if a.ix != nil || wait {
+		return a.Build(ctx)
+	}
+	a.StartPass(ctx)
+	if err := a.live.WaitStarted(ctx); err != nil {
+		a.stopPass()
+		if a.passErr != nil {
+			return a.passErr
+		}
+		return err
+	}
+	return nil
+}
+
+// StartPass starts the first pass of an archive that has no index in the
+// background, and returns at once: Tree serves what the pass has seen
+// (index.Live). The pass hands each member to the materialization, if
+// any, then saves the index and opens the reader, through which the tree
+// then serves. PassDone is closed when it ends; Close stops it.
+func (a *Archive) StartPass(ctx context.Context) {
+	var stage func(*tarscan.Header, io.Reader) error
+	if a.bg != nil {
+		stage = a.bg.job.Load().Stage
+	}
+	// Reads during the pass find most of what they need in the blocks
+	// the pass brought in. A stream-only archive's spans are read from
+	// its decoded copy as the pass writes it.
+	a.passCopy = &decodedWriter{path: a.decodedPath(), limit: a.opts.CacheDecoded, log: a.log}
+	a.live = index.NewLive(a.blocks, index.ReaderOptions{CacheBytes: a.opts.CacheMem / 2, Logger: a.log, Local: a.passCopy})
+	ctx, a.cancelPass = context.WithCancel(ctx)
+	a.passDone = make(chan struct{})
+	go func() {
+		defer close(a.passDone)
+		if err := a.build(ctx, a.live, stage); err != nil {
+			a.passErr = err
+			a.live.Fail(err)
+			if ctx.Err() == nil {
+				a.log.Error("index pass failed: reads that need it fail", "src", a.String(), "err", err)
+			}
+			return
+		}
+		a.openReader()
+		a.live.Serve(a.reader)
+	}()
+}
+
+// Indexing reports whether the archive is served during its first pass
+// (StartPass), whether or not the pass has ended.
+func (a *Archive) Indexing() bool { return a.live != nil }
+
+// PassDone is closed when the pass started by StartPass ends; nil
+// without one.
+func (a *Archive) PassDone() <-chan struct{} { return a.passDone }
+
+// PassErr is why the pass started by StartPass failed; nil while it
+// runs and when it succeeded.
+func (a *Archive) PassErr() error {
+	if !a.indexed() {
+		return nil
+	}
+	return a.passErr
+}
+
+// stopPass cancels the pass started by StartPass, if it still runs, and
+// waits for it. It is idempotent.
+func (a *Archive) stopPass() {
+	if a.passDone != nil {
+		a.cancelPass()
+		<-a.passDone
+	}
+}
+
+// build runs the index pass (publishing to live and handing members to
+// stage, when not nil), keeps the decoded copy of a stream-only archive,
+// and saves the index.
+func (a *Archive) build(ctx context.Context, live *index.Live, stage func(*tarscan.Header, io.Reader) error) error {
+	w := a.passCopy
+	if w == nil {
+		w = &decodedWriter{path: a.decodedPath(), limit: a.opts.CacheDecoded, log: a.log}
+		defer w.closeReads()
+	}
+	defer w.discard()
+	ix, err := a.pass(ctx, w, live, stage, nil)
+	if err != nil {
+		return fmt.Errorf("index %s: %w", a, err)
+	}
+	if ix.StreamOnly() {
+		if err := w.commit(ix.TarSize); err != nil {
+			return err
+		}
+		if a.decoded = openDecoded(a.decodedPath(), ix.TarSize); a.decoded == nil {
+			return fmt.Errorf("decoded copy %s vanished", a.decodedPath())
+		}
+	}
+	a.ix, a.from = ix, FromBuilt
+	if err := ix.Save(a.saved); err != nil {
+		a.log.Warn("could not save index", "path", a.saved, "err", err)
+	}
+	return nil
+}
+
+// pass reads the whole archive through the blocks and returns its index
+// (its errors say nothing of the archive: the caller adds what it did).
+// It logs its start, its progress every 2 s and its end, or, when
+// progress is not nil, only reports its progress there (an extraction
+// shows its own).
+func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Live, stage func(*tarscan.Header, io.Reader) error, progress func(consumed int64)) (*index.Index, error) {
+	start := time.Now()
+	size := a.Identity().Size
+	log := a.log
+	logged := progress == nil
+	if logged {
+		log.Info("indexing", "src", a.String(), "size", size)
+		last := start
+		progress = func(consumed int64) {
+			if now := time.Now(); now.Sub(last) >= 2*time.Second {
+				last = now
+				log.Info("indexing", "done", fmt.Sprintf("%.0f%%", 100*float64(consumed)/float64(max(size, 1))),
+					"rate_mbps", fmt.Sprintf("%.0f", float64(consumed)/now.Sub(start).Seconds()/1e6))
+			}
+		}
+	}
+	stream := a.blocks.Stream(ctx, 0)
+	defer stream.Close()
+	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, Live: live, OnMember: stage, OnProgress: progress}
+	if decoded != nil {
+		bopts.Local = decoded
+	}
+	ix, err := index.Build(ctx, stream, a.Identity(), bopts)
+	if err != nil {
+		return nil, err
+	}
+	if !logged {
+		return ix, nil
+	}
+	st := a.blocks.Stats()
+	log.Info("indexed", "entries", ix.Len(), "codec", ix.Codec.String(), "checkpoints", len(ix.Checkpoints),
+		"elapsed", time.Since(start).Round(time.Millisecond), "fetched", st.BytesFetched)
+	return ix, nil
+}
