@@ -1,0 +1,375 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/index"
+)
+
+// testTree is the content of the archives of these tests: name -> data.
+func testTree(files int) map[string][]byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	tree := map[string][]byte{}
+	for i := range files {
+		data := make([]byte, 1000+r.IntN(300_000))
+		for j := range data {
+			data[j] = byte('a' + r.IntN(4)) // compressible, not trivially
+		}
+		tree[fmt.Sprintf("d%d/f%03d.txt", i%5, i)] = data
+	}
+	return tree
+}
+
+// tarGz writes tree as a tar.gz.
+func tarGz(t *testing.T, tree map[string][]byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	tw := tar.NewWriter(zw)
+	for name, data := range tree {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// checkTree checks that dir holds the files of tree.
+func checkTree(t *testing.T, dir string, tree map[string][]byte) {
+	t.Helper()
+	for name, want := range tree {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: got %d bytes (err %v), want the archive's %d", name, len(got), err, len(want))
+		}
+	}
+}
+
+// flakyServer serves dir over loopback HTTP; while down is set, it
+// answers every request with 503.
+type flakyServer struct {
+	url      string
+	down     atomic.Bool
+	requests atomic.Int64
+}
+
+func newFlakyServer(t *testing.T, dir string) *flakyServer {
+	s := &flakyServer{}
+	files := http.FileServer(http.Dir(dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		if s.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+// testOptions are Options for a test: its own cache, a small span, and
+// the log in buf when it is not nil.
+func testOptions(t *testing.T, buf *syncBuffer) Options {
+	o := DefaultOptions()
+	o.CacheDir = filepath.Join(t.TempDir(), "cache")
+	o.Span = 256 << 10
+	if buf != nil {
+		o.Logger = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return o
+}
+
+// syncBuffer is a bytes.Buffer for a log written from several goroutines.
+type syncBuffer struct {
+	mu  chan struct{}
+	buf bytes.Buffer
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.String()
+}
+
+// TestIndexLookup opens one archive over HTTP in every way the one index
+// lookup finds an index, in its order: a given file, the saved one, the
+// one embedded by Pack, else the pass builds one. A given file built for
+// another version is refused.
+func TestIndexLookup(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	tree := testTree(20)
+	if err := os.WriteFile(filepath.Join(served, "a.tar.gz"), tarGz(t, tree), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := newFlakyServer(t, served)
+	url := srv.url + "/a.tar.gz"
+	opts := testOptions(t, nil)
+	if _, err := Pack(ctx, url, filepath.Join(served, "p.tar.zst"), 3, opts); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other.idx")
+	{
+		o := testOptions(t, nil)
+		a, err := OpenIndexed(ctx, srv.url+"/p.tar.zst", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Index().Save(other); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+	}
+	given := filepath.Join(t.TempDir(), "given.idx")
+	for _, tc := range []struct {
+		name, url string
+		opts      func(o *Options)
+		from      string
+		err       error
+	}{
+		{"built", url, nil, FromBuilt, nil},
+		{"saved", url, nil, FromCache, nil},
+		{"rebuild", url, func(o *Options) { o.Rebuild = true }, FromBuilt, nil},
+		{"given", url, func(o *Options) { o.IndexFile = given }, FromFile, nil},
+		{"given for another archive", url, func(o *Options) { o.IndexFile = other }, "", index.ErrIdentity},
+		{"embedded", srv.url + "/p.tar.zst", func(o *Options) { o.CacheDir = t.TempDir() }, FromEmbedded, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := opts
+			if tc.opts != nil {
+				tc.opts(&o)
+			}
+			a, err := OpenIndexed(ctx, tc.url, o)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("got error %v, want %v", err, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			defer a.Close()
+			if a.IndexFrom() != tc.from {
+				t.Errorf("got an index from %q, want from %q", a.IndexFrom(), tc.from)
+			}
+			if tc.name == "built" {
+				if err := a.Index().Save(given); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got bytes.Buffer
+			if err := a.Cat(ctx, &got, "d1/f001.txt"); err != nil || !bytes.Equal(got.Bytes(), tree["d1/f001.txt"]) {
+				t.Errorf("cat d1/f001.txt: got %d bytes (err %v), want %d", got.Len(), err, len(tree["d1/f001.txt"]))
+			}
+		})
+	}
+}
+
+// TestExtractPacked extracts an archive made by Pack over HTTP with an
+// empty cache: the embedded index is found, so the extraction reads
+// spans in parallel, and fetches about the archive once.
+func TestExtractPacked(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	tree := testTree(30)
+	src := filepath.Join(t.TempDir(), "a.tar.gz")
+	if err := os.WriteFile(src, tarGz(t, tree), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Pack(ctx, src, filepath.Join(served, "p.tar.zst"), 3, testOptions(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	srv := newFlakyServer(t, served)
+	x, err := Extract(ctx, srv.url+"/p.tar.zst", filepath.Join(t.TempDir(), "out"), testOptions(t, nil), MaterializeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if x.OnePass() {
+		t.Fatal("got a one-pass extraction, want spans read in parallel from the embedded index")
+	}
+	s, err := x.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OnePass || s.Files != int64(len(tree)) {
+		t.Errorf("got a summary of %d files (one pass %v), want %d files read in spans", s.Files, s.OnePass, len(tree))
+	}
+	st, _ := os.Stat(filepath.Join(served, "p.tar.zst"))
+	if s.Fetched > st.Size()*21/20+128<<10 {
+		t.Errorf("fetched %d bytes of a %d-byte archive, want about it once", s.Fetched, st.Size())
+	}
+	checkTree(t, s.Dir, tree)
+}
+
+// TestMaterializeResumes materializes an archive behind its (indexed)
+// archive while the server goes away for a while: the job fails, is
+// opened again after fetch's backoff, resumes from its journal and
+// completes, and the tree is served and written exactly.
+func TestMaterializeResumes(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	tree := testTree(40)
+	if err := os.WriteFile(filepath.Join(served, "a.tar.gz"), tarGz(t, tree), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := newFlakyServer(t, served)
+	logBuf := newSyncBuffer()
+	opts := testOptions(t, logBuf)
+	opts.Retries, opts.ReadTimeout = 0, 2*time.Second
+	url := srv.url + "/a.tar.gz"
+	if a, err := OpenIndexed(ctx, url, opts); err != nil {
+		t.Fatal(err)
+	} else {
+		a.Close() // the index is saved
+	}
+	a, err := Open(ctx, url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	dir := filepath.Join(t.TempDir(), "mat")
+	m, err := a.Materialize(dir, MaterializeOptions{Decoders: 1, Writers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if a.IndexFrom() != FromCache {
+		t.Fatalf("got an index from %q, want the saved one", a.IndexFrom())
+	}
+	srv.down.Store(true)
+	m.Run()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logBuf.String(), "materialize interrupted") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not fail while the server was down; log:\n%s", logBuf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.down.Store(false)
+	select {
+	case <-m.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the job did not complete after the server came back; log:\n%s", logBuf.String())
+	}
+	if complete, stopped := m.State(); !complete {
+		t.Fatalf("got a job stopped with %q, want it complete; log:\n%s", stopped, logBuf.String())
+	}
+	checkTree(t, dir, tree)
+	// Through the tree the mount serves: a file read from the archive.
+	tr := a.Tree()
+	id, err := a.Lookup("d2/f007.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tree["d2/f007.txt"]
+	got := make([]byte, len(want))
+	if n, err := tr.ReadAt(ctx, id, got, 0); (err != nil && err != io.EOF) || n != len(want) || !bytes.Equal(got, want) {
+		t.Errorf("read through the tree: got %d bytes (err %v), want %d", n, err, len(want))
+	}
+	if st := a.Status(); st.Materialize == nil || !st.Materialize.Complete || st.Index.Source != FromCache {
+		t.Errorf("got status %+v, want a complete materialization of a saved index", st)
+	}
+}
+
+// TestStartPassServes serves an archive during its first pass: the tree
+// answers before the pass ends, the pass saves the index, and Status is
+// truthful throughout.
+func TestStartPassServes(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	tree := testTree(25)
+	if err := os.WriteFile(filepath.Join(served, "a.tar.gz"), tarGz(t, tree), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := newFlakyServer(t, served)
+	opts := testOptions(t, nil)
+	a, err := Open(ctx, srv.url+"/a.tar.gz", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.Index() != nil {
+		t.Fatal("got an index before the first pass")
+	}
+	if err := a.Start(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Indexing() {
+		t.Fatal("got no pass in the background, want the tree served during it")
+	}
+	st := a.Status()
+	if st.Index.Source != Building && st.Index.Source != FromBuilt {
+		t.Errorf("got index source %q during the pass, want %q (or %q once it ended)", st.Index.Source, Building, FromBuilt)
+	}
+	tr := a.Tree()
+	for name, want := range tree {
+		dir, base, _ := strings.Cut(name, "/")
+		g, ok := tr.(interface {
+			WaitName(context.Context, index.EntryID, string) error
+		})
+		if !ok {
+			t.Fatal("got a tree that cannot wait for names during the pass")
+		}
+		if err := g.WaitName(ctx, index.RootID, dir); err != nil {
+			t.Fatal(err)
+		}
+		did, _ := tr.Lookup(index.RootID, dir)
+		if err := g.WaitName(ctx, did, base); err != nil {
+			t.Fatal(err)
+		}
+		id, ok := tr.Lookup(did, base)
+		if !ok {
+			t.Fatalf("%s: not found", name)
+		}
+		got := make([]byte, len(want))
+		if n, err := tr.ReadAt(ctx, id, got, 0); (err != nil && err != io.EOF) || n != len(want) || !bytes.Equal(got, want) {
+			t.Errorf("%s: got %d bytes (err %v), want %d", name, n, err, len(want))
+		}
+	}
+	<-a.PassDone()
+	if err := a.PassErr(); err != nil {
+		t.Fatal(err)
+	}
+	if a.IndexFrom() != FromBuilt || a.Index().Len() != len(tree)+6 {
+		t.Errorf("got an index from %q with %d entries, want one built with %d", a.IndexFrom(), a.Index().Len(), len(tree)+6)
+	}
+	if _, err := os.Stat(a.SavedIndex()); err != nil {
+		t.Errorf("the pass saved no index: %v", err)
+	}
+}
