@@ -40,7 +40,8 @@ import (
 
 type config struct {
 	scratch, out   string
-	tarmount       string
+	builds         []build // the tarmount binaries, the baseline first
+	peers          bool    // run the peers too (false: tarmount's rows alone)
 	ratarmount     string
 	ratarNote      string // why ratarmount is missing
 	rapidgzip      string
@@ -113,11 +114,13 @@ func main() {
 
 func parseFlags() (*config, error) {
 	c := &config{startedAtClock: time.Now()}
-	var datasets, codecs, profiles, scenarios, bigSize, goBuild, meta string
+	var err error
+	var tarmount, datasets, codecs, profiles, scenarios, bigSize, goBuild, meta string
 	var seed uint64
 	flag.StringVar(&c.scratch, "scratch", filepath.Join(os.TempDir(), "tarmount-suite"), "datasets (kept) and work files")
 	flag.StringVar(&c.out, "out", "", "where the reports go (default SCRATCH/out)")
-	flag.StringVar(&c.tarmount, "tarmount", "tarmount", "tarmount binary")
+	flag.StringVar(&tarmount, "tarmount", "tarmount", "tarmount binary, or several as NAME=PATH,NAME=PATH (the first is the baseline the others are compared with)")
+	flag.BoolVar(&c.peers, "peers", true, "run the peers (ratarmount, the CLI decoders, curl | tar, aria2c, the local tree); false: tarmount's rows alone")
 	flag.StringVar(&c.ratarmount, "ratarmount", "", "ratarmount binary (empty: not installed, see -ratarmount-note)")
 	flag.StringVar(&c.ratarNote, "ratarmount-note", "not installed", "why ratarmount is missing, for the report")
 	flag.StringVar(&c.rapidgzip, "rapidgzip", "", "rapidgzip binary (empty: not installed)")
@@ -125,7 +128,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&datasets, "datasets", "go,small,big", "datasets: go, small, big")
 	flag.StringVar(&codecs, "codecs", "", "codecs for every dataset: tar, gz, zst, seekable, lz4 (default: all for go, gz for small and big)")
 	flag.StringVar(&profiles, "profiles", "objstore", "server profiles: objstore (20 ms, 80 MB/s per connection), unshaped")
-	flag.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6", "scenarios to run (7, peak RSS, comes with every mount)")
+	flag.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6", "scenarios to run, by number or name: "+scenarioHelp()+" (7, peak RSS, comes with every mount)")
 	flag.StringVar(&bigSize, "big-size", "2GiB", "size of the big dataset's file (e.g. 256MiB)")
 	flag.IntVar(&c.smallFiles, "small-files", 200000, "files in the small dataset")
 	flag.IntVar(&c.reads, "reads", 100, "small files read at random in scenario 3")
@@ -164,9 +167,11 @@ func parseFlags() (*config, error) {
 			return nil, fmt.Errorf("unknown profile %q (objstore, unshaped)", p)
 		}
 	}
-	c.scenarios = map[string]bool{}
-	for _, s := range list(scenarios) {
-		c.scenarios[s] = true
+	if c.builds, err = parseBuilds(tarmount); err != nil {
+		return nil, err
+	}
+	if c.scenarios, err = parseScenarios(list(scenarios)); err != nil {
+		return nil, err
 	}
 	n, err := parseSize(bigSize)
 	if err != nil {
@@ -183,6 +188,37 @@ func parseFlags() (*config, error) {
 		c.metaExtra = strings.Split(meta, ";")
 	}
 	return c, nil
+}
+
+// scenarioNames are the scenarios -scenarios accepts, by number and name.
+var scenarioNames = [][2]string{
+	{"1", "cold-mount"},
+	{"2", "warm-mount"},
+	{"3", "cold-read"},
+	{"4", "seq-read"},
+	{"5", "extract"},
+	{"6", "go-build"},
+}
+
+func scenarioHelp() string {
+	var hs []string
+	for _, n := range scenarioNames {
+		hs = append(hs, n[0]+" "+n[1])
+	}
+	return strings.Join(hs, ", ")
+}
+
+// parseScenarios returns the chosen scenarios by number.
+func parseScenarios(names []string) (map[string]bool, error) {
+	m := map[string]bool{}
+	for _, x := range names {
+		i := slices.IndexFunc(scenarioNames, func(n [2]string) bool { return x == n[0] || x == n[1] })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q (%s)", x, scenarioHelp())
+		}
+		m[scenarioNames[i][0]] = true
+	}
+	return m, nil
 }
 
 // parseSize reads 2GiB, 256MiB, 64KiB or a number of bytes.
@@ -345,7 +381,7 @@ func makeDataset(ctx context.Context, c *config, kind string, codecs []string) (
 		}
 		tmp := out + ".tmp"
 		if msg, err := runCmd(ctx, time.Hour, os.Environ(), "", "bash", "-o", "pipefail", "-c", sh, "_",
-			d.tarPath(), tmp, c.tarmount); err != nil {
+			d.tarPath(), tmp, c.builds[len(c.builds)-1].bin); err != nil {
 			os.Remove(tmp)
 			return nil, fmt.Errorf("make %s: %v: %s", out, err, msg)
 		}
@@ -551,6 +587,21 @@ func (s *suite) meta(sets []*dataset, load0 string, took time.Duration) [][2]str
 		add("dataset "+d.name, fmt.Sprintf("%d entries (%d files, %d dirs), tar %s; %s; largest member %s (%s); %d small reads (< 64 KiB, seed %d)",
 			d.facts.Entries, d.facts.Files, d.facts.Dirs, fmtBytes(d.facts.TarBytes), strings.Join(objs, ", "),
 			d.facts.Largest.Path, fmtBytes(d.facts.Largest.Size), len(d.facts.Reads), c.seed))
+	}
+	if len(c.builds) > 1 {
+		var bs []string
+		for i, b := range c.builds {
+			v, err := exec.Command(b.bin, "--version").Output()
+			line := lastLine(string(v))
+			if err != nil || line == "" {
+				line = "no --version"
+			}
+			if i == 0 {
+				line += ", the baseline"
+			}
+			bs = append(bs, fmt.Sprintf("%s: %s (%s)", b.name, filepath.Base(b.bin), line))
+		}
+		add("tarmount builds", strings.Join(bs, "; "))
 	}
 	add("profiles", "objstore = 20 ms before each response, 80 MB/s per connection; unshaped = no delay or cap; both on 127.0.0.1")
 	for _, e := range c.metaExtra {

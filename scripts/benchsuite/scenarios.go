@@ -36,10 +36,10 @@ type combo struct {
 	codec   string
 	srv     *server
 	url     string
-	tmIdx   string // cache dir holding tarmount's saved index
-	raIdx   string // index folder holding ratarmount's saved index
-	tmNote  string // why tarmount's saved index is missing
-	raNote  string // why ratarmount cannot run this combo
+	tmIdx   map[string]string // by build name: cache dir holding tarmount's saved index
+	raIdx   string            // index folder holding ratarmount's saved index
+	tmNote  map[string]string // by build name: why tarmount's saved index is missing
+	raNote  string            // why ratarmount cannot run this combo
 	refDone map[int]bool
 }
 
@@ -87,15 +87,34 @@ func (s *suite) startMount(cb *combo, tool, mnt, cache, log string, extra ...str
 		return nil, err
 	}
 	var argv []string
-	switch tool {
+	switch base, _ := splitTool(tool); base {
 	case toolTM:
-		argv = append([]string{s.c.tarmount, cb.url, mnt, "--cache-dir", cache, "--cache-disk", "0"}, extra...)
+		argv = append([]string{s.buildOf(tool).bin, cb.url, mnt, "--cache-dir", cache, "--cache-disk", "0"}, extra...)
 	case toolRA:
 		argv = []string{s.c.ratarmount, "-f", "--index-folders", cache, cb.url, mnt}
 	default:
 		return nil, fmt.Errorf("no mount tool %q", tool)
 	}
 	return startProc(argv, s.env, log)
+}
+
+// mountpoint is where tool mounts.
+func (s *suite) mountpoint(tool string) string {
+	return filepath.Join(s.work, "mnt-"+strings.Map(func(r rune) rune {
+		if r == '.' || r == '-' || r == '+' || r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' {
+			return r
+		}
+		return '_'
+	}, tool))
+}
+
+// withPeers returns tarmount's tools followed by the peers, unless the
+// run has no peers.
+func (s *suite) withPeers(tm []string, peers ...string) []string {
+	if !s.c.peers {
+		return tm
+	}
+	return append(tm, peers...)
 }
 
 func (s *suite) logPath(cb *combo, what string, run int) string {
@@ -166,7 +185,7 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 	for run := 1; main && run <= s.c.runs; run++ {
 		if sc["1"] || sc["4"] {
 			say("%s %s %s, run %d/%d: cold mount-ready", d.name, codec, srv.name, run, s.c.runs)
-			for _, t := range inOrder(run, toolTM, toolRA, "reference") {
+			for _, t := range inOrder(run, s.withPeers(s.tools(toolTM), toolRA, "reference")...) {
 				if err := s.coldMount(ctx, cb, run, t); err != nil {
 					return err
 				}
@@ -174,7 +193,7 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 		}
 		if sc["2"] || sc["3"] || sc["4"] {
 			say("%s %s %s, run %d/%d: warm mount, random reads, sequential read", d.name, codec, srv.name, run, s.c.runs)
-			for _, t := range inOrder(run, toolTM, toolRA) {
+			for _, t := range inOrder(run, s.withPeers(s.tools(toolTM), toolRA)...) {
 				if err := s.warmMount(ctx, cb, run, t); err != nil {
 					return err
 				}
@@ -196,23 +215,34 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 // prepare saves tarmount's and ratarmount's indexes (untimed).
 func (s *suite) prepare(ctx context.Context, cb *combo) error {
 	tag := fmt.Sprintf("%s-%s-%s", cb.d.name, cb.codec, cb.srv.name)
-	cb.tmIdx = filepath.Join(s.work, "idx", "tm-"+tag)
+	cb.tmIdx, cb.tmNote = map[string]string{}, map[string]string{}
 	cb.raIdx = filepath.Join(s.work, "idx", "ra-"+tag)
-	info("saving tarmount's index (tarmount index URL --cache-dir D)")
-	if msg, err := runCmd(ctx, s.c.indexTimeout, s.env, "", s.c.tarmount, "index", cb.url, "--cache-dir", cb.tmIdx,
-		"--cache-disk", "0"); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	for _, b := range s.c.builds {
+		// Each build saves its own index: their formats may differ.
+		idx := filepath.Join(s.work, "idx", "tm-"+tag)
+		if b.name != "" {
+			idx += "-" + b.name
 		}
-		cb.tmNote = fmt.Sprintf("tarmount index failed: %v: %s", err, lastLine(msg))
-		warnf("%s", cb.tmNote)
+		cb.tmIdx[b.name] = idx
+		info("saving %s's index (tarmount index URL --cache-dir D)", b.tool(toolTM))
+		if msg, err := runCmd(ctx, s.c.indexTimeout, s.env, "", b.bin, "index", cb.url, "--cache-dir", idx,
+			"--cache-disk", "0"); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			cb.tmNote[b.name] = fmt.Sprintf("%s index failed: %v: %s", b.tool(toolTM), err, lastLine(msg))
+			warnf("%s", cb.tmNote[b.name])
+		}
+	}
+	if !s.c.peers {
+		return nil
 	}
 	if s.c.ratarmount == "" {
 		cb.raNote = "ratarmount " + s.c.ratarNote
 		return nil
 	}
 	info("saving ratarmount's index (a first mount with --index-folders D)")
-	mnt := filepath.Join(s.work, "mnt-ratarmount")
+	mnt := s.mountpoint(toolRA)
 	p, err := s.startMount(cb, toolRA, mnt, cb.raIdx, s.logPath(cb, "ratarmount-index", 0))
 	if err != nil {
 		return err
@@ -255,7 +285,7 @@ func (s *suite) coldMount(ctx context.Context, cb *combo, run int, tool string) 
 	cache := filepath.Join(s.work, "cold-cache")
 	os.RemoveAll(cache)
 	defer os.RemoveAll(cache)
-	mnt := filepath.Join(s.work, "mnt-"+tool)
+	mnt := s.mountpoint(tool)
 	c0 := cb.srv.counters()
 	t0 := time.Now()
 	p, err := s.startMount(cb, tool, mnt, cache, s.logPath(cb, tool+"-cold", run))
@@ -353,8 +383,8 @@ func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) 
 	if len(scs) == 0 {
 		return nil
 	}
-	note := cb.tmNote
-	cache := cb.tmIdx
+	_, bn := splitTool(tool)
+	note, cache := cb.tmNote[bn], cb.tmIdx[bn]
 	if tool == toolRA {
 		note, cache = cb.raNote, cb.raIdx
 		if note != "" {
@@ -372,7 +402,7 @@ func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) 
 		}
 		return nil
 	}
-	mnt := filepath.Join(s.work, "mnt-"+tool)
+	mnt := s.mountpoint(tool)
 	c0 := cb.srv.counters()
 	t0 := time.Now()
 	p, err := s.startMount(cb, tool, mnt, cache, s.logPath(cb, tool+"-warm", run))
@@ -450,7 +480,14 @@ func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) 
 
 // extractTools are the tools of scenario 5 for a codec.
 func (s *suite) extractTools(codec string) []string {
-	tools := []string{toolTMCold, toolTMIndex, toolTMMat, curlTar(codec)}
+	var tm []string
+	for _, base := range []string{toolTMCold, toolTMIndex, toolTMMat} {
+		tm = append(tm, s.tools(base)...)
+	}
+	if !s.c.peers {
+		return tm
+	}
+	tools := append(tm, curlTar(codec))
 	if codec == "gz" {
 		tools = append(tools, toolCurlPigz, toolCurlRapid)
 	}
@@ -517,14 +554,15 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 		sh := func(script string) []string {
 			return []string{"bash", "-o", "pipefail", "-c", script, "_", cb.url, dest, dl, s.c.rapidgzip}
 		}
-		switch tool {
+		base, bn := splitTool(tool)
+		switch base {
 		case toolTMCold:
 			cold := filepath.Join(s.work, "cold-cache")
 			os.RemoveAll(cold)
 			defer os.RemoveAll(cold)
-			argv = []string{s.c.tarmount, "extract", cb.url, dest, "--cache-dir", cold, "--cache-disk", "0", "--quiet"}
+			argv = []string{s.buildOf(tool).bin, "extract", cb.url, dest, "--cache-dir", cold, "--cache-disk", "0", "--quiet"}
 		case toolTMIndex:
-			argv = []string{s.c.tarmount, "extract", cb.url, dest, "--cache-dir", cb.tmIdx, "--cache-disk", "0", "--quiet"}
+			argv = []string{s.buildOf(tool).bin, "extract", cb.url, dest, "--cache-dir", cb.tmIdx[bn], "--cache-disk", "0", "--quiet"}
 		case toolTMMat:
 		case curlTar(cb.codec):
 			if cb.codec == "lz4" {
@@ -552,8 +590,8 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 			argv = sh(`aria2c -q -x8 -s8 -k1M --allow-overwrite=true --auto-file-renaming=false -d "$3" -o obj "$1" && ` +
 				dec + ` < "$3/obj" | tar -x -C "$2"`)
 		}
-		if (tool == toolTMIndex || tool == toolTMMat) && cb.tmNote != "" {
-			s.fail(r, "%s", cb.tmNote)
+		if (base == toolTMIndex || base == toolTMMat) && cb.tmNote[bn] != "" {
+			s.fail(r, "%s", cb.tmNote[bn])
 			continue
 		}
 		// Untimed: a clean destination, the previous run's writes on
@@ -573,8 +611,8 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 		t0 := time.Now()
 		var err error
 		var out string
-		if tool == toolTMMat {
-			err = s.materialize(ctx, cb, run, dest, &r)
+		if base == toolTMMat {
+			err = s.materialize(ctx, cb, s.buildOf(tool), run, dest, &r)
 		} else {
 			out, err = runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
 		}
@@ -604,10 +642,10 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 
 // materialize runs `tarmount URL MNT --materialize DEST` with the saved
 // index until its log says msg=materialized; it sets r.Seconds and r.RSS.
-func (s *suite) materialize(ctx context.Context, cb *combo, run int, dest string, r *Result) error {
-	mnt := filepath.Join(s.work, "mnt-tarmount")
+func (s *suite) materialize(ctx context.Context, cb *combo, b build, run int, dest string, r *Result) error {
+	mnt := s.mountpoint(toolTM)
 	t0 := time.Now()
-	p, err := s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "materialize", run), "--materialize", dest)
+	p, err := s.startMount(cb, b.tool(toolTM), mnt, cb.tmIdx[b.name], s.logPath(cb, b.tool("materialize"), run), "--materialize", dest)
 	if err != nil {
 		return err
 	}
@@ -616,7 +654,7 @@ func (s *suite) materialize(ctx context.Context, cb *combo, run int, dest string
 	r.RSS = vmHWM(p.pid())
 	stopMount(p, mnt)
 	if err == nil {
-		s.recordRSS(cb, "materialize", toolTM, run, r.RSS)
+		s.recordRSS(cb, "materialize", b.tool(toolTM), run, r.RSS)
 	}
 	return err
 }
@@ -637,7 +675,8 @@ func (s *suite) goBuild(ctx context.Context, cb *combo) error {
 	os.WriteFile(filepath.Join(hello, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n"), 0o644)
 	for run := 1; run <= s.c.runs; run++ {
 		say("%s %s %s, run %d/%d: go version and go build with GOROOT inside", cb.d.name, cb.codec, cb.srv.name, run, s.c.runs)
-		for _, tool := range inOrder(run, toolTMLazy, toolTMDone, toolRA, toolLocal) {
+		tm := append(s.tools(toolTMLazy), s.tools(toolTMDone)...)
+		for _, tool := range inOrder(run, s.withPeers(tm, toolRA, toolLocal)...) {
 			if err := s.goBuildOne(ctx, cb, run, tool, hello); err != nil {
 				return err
 			}
@@ -668,28 +707,29 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 			}
 			return nil
 		}
-		mnt = filepath.Join(s.work, "mnt-ratarmount")
+		mnt = s.mountpoint(toolRA)
 		if p, err = s.startMount(cb, toolRA, mnt, cb.raIdx, s.logPath(cb, "ratarmount-go", run)); err != nil {
 			return err
 		}
 		_, err = waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.mountTimeout)
 	default:
-		if cb.tmNote != "" {
-			failBoth("%s", cb.tmNote)
+		b := s.buildOf(tool)
+		if cb.tmNote[b.name] != "" {
+			failBoth("%s", cb.tmNote[b.name])
 			return nil
 		}
-		mnt = filepath.Join(s.work, "mnt-tarmount")
-		if tool == toolTMDone {
+		mnt = s.mountpoint(toolTM)
+		if base, _ := splitTool(tool); base == toolTMDone {
 			mat := filepath.Join(s.work, "mat", "go")
 			os.RemoveAll(filepath.Dir(mat))
 			os.MkdirAll(mat, 0o755)
 			defer os.RemoveAll(filepath.Dir(mat))
-			if p, err = s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "tarmount-go-mat", run), "--materialize", mat); err != nil {
+			if p, err = s.startMount(cb, b.tool(toolTM), mnt, cb.tmIdx[b.name], s.logPath(cb, b.tool("tarmount-go-mat"), run), "--materialize", mat); err != nil {
 				return err
 			}
 			_, err = waitLog(ctx, p, "msg=materialized", s.c.stepTimeout)
 		} else {
-			if p, err = s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "tarmount-go", run)); err != nil {
+			if p, err = s.startMount(cb, b.tool(toolTM), mnt, cb.tmIdx[b.name], s.logPath(cb, b.tool("tarmount-go"), run)); err != nil {
 				return err
 			}
 			_, err = waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.mountTimeout)
@@ -751,11 +791,11 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 	}
 	if p != nil {
 		phase, name := "go build", toolRA
-		switch tool {
+		switch base, _ := splitTool(tool); base {
 		case toolTMLazy:
-			name = toolTM
+			name = s.buildOf(tool).tool(toolTM)
 		case toolTMDone:
-			phase, name = "go build (materialized)", toolTM
+			phase, name = "go build (materialized)", s.buildOf(tool).tool(toolTM)
 		}
 		s.recordRSS(cb, phase, name, run, vmHWM(p.pid()))
 	}
