@@ -15,6 +15,13 @@
 #   6. go version and go build with GOROOT in a lazy mount, a materialized
 #      mount, ratarmount and a local tree
 #   7. peak RSS of every mount
+# and, when asked for (SCENARIOS=progressive, index-pass):
+#   8. progressive mount: from the start, when the files at 10%, 50% and
+#      90% of the tar stream, `go version` and all of them are usable, and
+#      when the index pass ends: a mount without an index (it serves during
+#      its pass), one with --wait-index, and curl | tar -x
+#   9. index pass to the end: tarmount index URL with an empty cache, and
+#      the CLI decoding the whole object
 # on the datasets go (this machine's Go toolchain), small (200k files of
 # 1-8 KiB) and big (one 2 GiB text file), as .tar, .tar.gz, .tar.zst,
 # .seekable.tar.zst (tarmount pack) and .tar.lz4, served on 127.0.0.1 shaped
@@ -42,7 +49,8 @@
 #                           (default: all for go, gz for small and big)
 #   PROFILES="objstore"     add unshaped for loopback without shaping
 #   SCENARIOS="1 2 3 4 5 6"   by number or name: 1 cold-mount, 2 warm-mount,
-#                           3 cold-read, 4 seq-read, 5 extract, 6 go-build
+#                           3 cold-read, 4 seq-read, 5 extract, 6 go-build,
+#                           8 progressive, 9 index-pass
 #   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
 #   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)
@@ -229,10 +237,15 @@ command -v aria2c >/dev/null && TOOLS+=", $(aria2c --version | head -1)"
 # ---------------------------------------------------------------- run
 
 list() { echo "$*" | tr ' ' ','; }
+# The command that remakes this report, for its header.
+CMDLINE="RUNS=$RUNS DATASETS=\"$DATASETS\" CODECS=\"$CODECS\" PROFILES=\"$PROFILES\" SCENARIOS=\"$SCENARIOS\" BIG_SIZE=$BIG_SIZE"
+[[ -z "${BASELINE:-}" ]] || CMDLINE+=" BASELINE=$BASELINE"
+[[ "$PEERS" != 0 ]] || CMDLINE+=" PEERS=0"
+CMDLINE+=" bash scripts/bench-suite.sh${*:+ $*}"
 args=(-scratch "$SCRATCH" -out "$OUT" -tarmount "$TARMOUNT" "${RATAR_ARGS[@]}" -rapidgzip "$RAPIDGZIP"
 	-peers="$([[ "$PEERS" == 0 ]] && echo false || echo true)" -runs "$RUNS" -datasets "$(list "$DATASETS")" -profiles "$(list "$PROFILES")"
 	-scenarios "$(list "$SCENARIOS")" -big-size "$BIG_SIZE" -gobuild-timeout "${GOBUILD_TIMEOUT:-5m}"
-	-meta "tools=$TOOLS")
+	-meta "command=$CMDLINE;tools=$TOOLS")
 [[ -z "$CODECS" ]] || args+=(-codecs "$(list "$CODECS")")
 [[ "${KEEP:-0}" != 1 ]] || args+=(-keep)
 say "running the suite: ${args[*]:2} $*"

@@ -93,3 +93,12 @@ func TestReportBaseline(t *testing.T) {
 		}
 	}
 }
+
+func TestProgressOrder(t *testing.T) {
+	order := []string{"file at 10%", "file at 50%", "file at 90%", "go version", "all of them", "index pass ended"}
+	for i := 1; i < len(order); i++ {
+		if a, b := progressSc(order[i-1]), progressSc(order[i]); a >= b {
+			t.Errorf("%q sorts after %q", a, b)
+		}
+	}
+}

@@ -1,4 +1,5 @@
-// Command benchsuite is tarmount's benchmark suite against its peers: it
+// Command benchsuite is tarmount's benchmark suite against its peers (and
+// of tarmount builds against each other, -tarmount old=PATH,new=PATH): it
 // makes the datasets (the Go toolchain, 200k small files, one big file, each
 // as .tar, .tar.gz, .tar.zst, seekable .tar.zst and .tar.lz4), serves them
 // on 127.0.0.1 with scripts/httpserve/shaped (shaped like object storage, or
@@ -11,6 +12,7 @@
 // tarmount's packages.
 //
 //	benchsuite -tarmount BIN -ratarmount BIN -scratch DIR -out DIR [flags]
+//	benchsuite -tarmount old=BIN,new=BIN -peers=false -scenarios extract,cold-read -runs 2 ...
 //	benchsuite -render OUT/runs.jsonl -out DIR   (the reports again, from the runs)
 package main
 
@@ -198,6 +200,8 @@ var scenarioNames = [][2]string{
 	{"4", "seq-read"},
 	{"5", "extract"},
 	{"6", "go-build"},
+	{"8", "progressive"},
+	{"9", "index-pass"},
 }
 
 func scenarioHelp() string {
@@ -425,12 +429,16 @@ func (s *suite) record(r Result) {
 	s.results = append(s.results, r)
 	b, _ := json.Marshal(r)
 	s.jsonl.Write(append(b, '\n'))
-	line := fmt.Sprintf("%s: %s", r.Tool, r.Status)
+	tool := r.Tool
+	if what, ok := strings.CutPrefix(r.Scenario, scProgress+": "); ok {
+		tool += " (" + what + ")"
+	}
+	line := fmt.Sprintf("%s: %s", tool, r.Status)
 	switch {
 	case r.Status == statusOK && strings.HasPrefix(r.Scenario, scRSS):
 		line = fmt.Sprintf("%s: peak RSS %.0f MiB (%s)", r.Tool, float64(r.RSS)/(1<<20), strings.TrimPrefix(r.Scenario, scRSS+": "))
 	case r.Status == statusOK:
-		line = fmt.Sprintf("%s: %.3f s", r.Tool, r.Seconds)
+		line = fmt.Sprintf("%s: %.3f s", tool, r.Seconds)
 		if r.Reads > 0 {
 			line += fmt.Sprintf(", p50 %.1f ms, p99 %.1f ms", r.P50*1e3, r.P99*1e3)
 		}
@@ -685,4 +693,6 @@ var standingNotes = []string{
 	"Scenario 6 runs `GOROOT=R R/bin/go version` and `go build` of a hello-world module (GOCACHE fresh each run, CGO_ENABLED=0, GOTOOLCHAIN=local); the local tree is `tar -x` of the same archive, warm in the page cache.",
 	"A single-frame .tar.zst cannot be entered in the middle: tarmount's first pass decodes it to its cache dir, so warm mounts serve reads from that local copy (fetched 0).",
 	"Peak RSS is VmHWM of the mount process (tarmount, or ratarmount's python), read just before it is stopped.",
+	"Scenario 8 (when chosen) times, from the start of each tool, the first byte of the files at 10%, 50% and 90% of the tar stream, `go version` from the tree (go dataset) and all of them, each probe retrying every 20 ms from the start; and when tarmount's log says the index pass ended. tarmount mounts with an empty cache, serving during its pass or (--wait-index) after it; curl | tar -x writes a tree on the work dir's filesystem. The three files are checked whole afterwards.",
+	"Scenario 9 (when chosen) is `tarmount index URL` with an empty cache, from start to exit, against the CLI decoding the whole object as in scenario 1.",
 }

@@ -17,17 +17,18 @@ import (
 
 // Tool names of the rows.
 const (
-	toolTM        = "tarmount"
-	toolRA        = "ratarmount"
-	toolTMCold    = "tarmount extract (no index)"
-	toolTMIndex   = "tarmount extract (saved index)"
-	toolTMMat     = "tarmount --materialize (saved index)"
-	toolCurlPigz  = "curl | pigz -d | tar -x"
-	toolCurlRapid = "curl | rapidgzip -d | tar -x"
-	toolAria      = "aria2c -x8 -s8, then tar -x"
-	toolTMLazy    = "tarmount (lazy, saved index)"
-	toolTMDone    = "tarmount (materialized)"
-	toolLocal     = "local disk (tar -x)"
+	toolTM          = "tarmount"
+	toolRA          = "ratarmount"
+	toolTMCold      = "tarmount extract (no index)"
+	toolTMIndex     = "tarmount extract (saved index)"
+	toolTMMat       = "tarmount --materialize (saved index)"
+	toolCurlPigz    = "curl | pigz -d | tar -x"
+	toolCurlRapid   = "curl | rapidgzip -d | tar -x"
+	toolAria        = "aria2c -x8 -s8, then tar -x"
+	toolTMLazy      = "tarmount (lazy, saved index)"
+	toolTMDone      = "tarmount (materialized)"
+	toolLocal       = "local disk (tar -x)"
+	toolTMIndexPass = "tarmount index"
 )
 
 // combo is one dataset in one codec served with one profile.
@@ -182,27 +183,39 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 		return err
 	}
 	sc := s.c.scenarios
+	type step struct {
+		on    bool
+		what  string
+		tools []string // run one after the other, in alternating order
+		one   func(ctx context.Context, cb *combo, run int, tool string) error
+		all   func(ctx context.Context, cb *combo, run int) error // or all tools at once
+	}
 	for run := 1; main && run <= s.c.runs; run++ {
-		if sc["1"] || sc["4"] {
-			say("%s %s %s, run %d/%d: cold mount-ready", d.name, codec, srv.name, run, s.c.runs)
-			for _, t := range inOrder(run, s.withPeers(s.tools(toolTM), toolRA, "reference")...) {
-				if err := s.coldMount(ctx, cb, run, t); err != nil {
+		tm := s.tools(toolTM)
+		steps := []step{
+			{on: sc["1"] || sc["4"], what: "cold mount-ready", tools: s.withPeers(tm, toolRA, "reference"), one: s.coldMount},
+			{on: sc["2"] || sc["3"] || sc["4"], what: "warm mount, random reads, sequential read",
+				tools: s.withPeers(slices.Clone(tm), toolRA), one: s.warmMount},
+			{on: sc["5"], what: "extraction", all: s.extract},
+			{on: sc["9"], what: "index pass to the end", tools: s.withPeers(s.tools(toolTMIndexPass), "reference"), one: s.indexPass},
+			{on: sc["8"], what: "progressive mount", tools: s.withPeers(append(slices.Clone(tm), s.tools(toolTMWait)...), curlTar(codec)),
+				one: s.progressiveOne},
+		}
+		for _, st := range steps {
+			if !st.on {
+				continue
+			}
+			say("%s %s %s, run %d/%d: %s", d.name, codec, srv.name, run, s.c.runs, st.what)
+			if st.all != nil {
+				if err := st.all(ctx, cb, run); err != nil {
 					return err
 				}
+				continue
 			}
-		}
-		if sc["2"] || sc["3"] || sc["4"] {
-			say("%s %s %s, run %d/%d: warm mount, random reads, sequential read", d.name, codec, srv.name, run, s.c.runs)
-			for _, t := range inOrder(run, s.withPeers(s.tools(toolTM), toolRA)...) {
-				if err := s.warmMount(ctx, cb, run, t); err != nil {
+			for _, t := range inOrder(run, st.tools...) {
+				if err := st.one(ctx, cb, run, t); err != nil {
 					return err
 				}
-			}
-		}
-		if sc["5"] {
-			say("%s %s %s, run %d/%d: extraction", d.name, codec, srv.name, run, s.c.runs)
-			if err := s.extract(ctx, cb, run); err != nil {
-				return err
 			}
 		}
 	}
@@ -270,7 +283,14 @@ func lastLine(s string) string {
 func (s *suite) coldMount(ctx context.Context, cb *combo, run int, tool string) error {
 	sc := s.c.scenarios
 	if tool == "reference" {
-		return s.reference(ctx, cb, run)
+		var scs []string
+		if sc["1"] {
+			scs = append(scs, scColdMount)
+		}
+		if sc["4"] && cb.d.facts.Largest.Size >= 1<<20 {
+			scs = append(scs, scSeq)
+		}
+		return s.reference(ctx, cb, run, scs...)
 	}
 	if !sc["1"] {
 		return nil
@@ -327,9 +347,9 @@ func (s *suite) recordRSS(cb *combo, phase, tool string, run int, rss int64) {
 	s.record(r)
 }
 
-// reference decodes the whole object with the codec's CLI, for scenarios 1
-// and 4.
-func (s *suite) reference(ctx context.Context, cb *combo, run int) error {
+// reference decodes the whole object with the codec's CLI, for scenarios 1,
+// 4 and 9, and records the run in each of scs.
+func (s *suite) reference(ctx context.Context, cb *combo, run int, scs ...string) error {
 	label, cmd := decoder(cb.codec)
 	tool := "curl | " + label
 	c0 := cb.srv.counters()
@@ -340,14 +360,8 @@ func (s *suite) reference(ctx context.Context, cb *combo, run int) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	var rs []Result
-	if s.c.scenarios["1"] {
-		rs = append(rs, s.result(cb, scColdMount, tool, run))
-	}
-	if s.c.scenarios["4"] && cb.d.facts.Largest.Size >= 1<<20 {
-		rs = append(rs, s.result(cb, scSeq, tool, run))
-	}
-	for _, r := range rs {
+	for _, sc := range scs {
+		r := s.result(cb, sc, tool, run)
 		measured(&r, c0, cb.srv.counters())
 		r.Payload = cb.d.facts.TarBytes
 		switch n, _ := strconv.ParseInt(lastLine(out), 10, 64); {
@@ -476,6 +490,44 @@ func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) 
 	}
 	s.recordRSS(cb, "warm mount + reads", tool, run, vmHWM(p.pid()))
 	return nil
+}
+
+// indexPass is scenario 9 for one tool: `tarmount index URL` with an
+// empty cache, from start to exit (the whole first pass, which a mount
+// runs behind a tree that already answers), or the CLI decoding the object.
+func (s *suite) indexPass(ctx context.Context, cb *combo, run int, tool string) error {
+	if tool == "reference" {
+		return s.reference(ctx, cb, run, scIndexPass)
+	}
+	r := s.result(cb, scIndexPass, tool, run)
+	r.Payload = cb.d.facts.TarBytes
+	cache := filepath.Join(s.work, "cold-cache")
+	os.RemoveAll(cache)
+	defer os.RemoveAll(cache)
+	out, err := timeStep(cb, &r, func() (string, error) {
+		return runCmd(ctx, s.c.indexTimeout, s.env, "", s.buildOf(tool).bin, "index", cb.url, "--cache-dir", cache, "--cache-disk", "0")
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		s.fail(r, "%v: %s", err, lastLine(out))
+	default:
+		r.Status = statusOK
+		s.record(r)
+	}
+	return nil
+}
+
+// timeStep runs f as r's timed step: it sets r's seconds and what the
+// server counted meanwhile, and returns f's output and error.
+func timeStep(cb *combo, r *Result, f func() (string, error)) (string, error) {
+	c0 := cb.srv.counters()
+	t0 := time.Now()
+	out, err := f()
+	r.Seconds = time.Since(t0).Seconds()
+	measured(r, c0, cb.srv.counters())
+	return out, err
 }
 
 // extractTools are the tools of scenario 5 for a codec.
@@ -607,17 +659,12 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 		os.MkdirAll(dl, 0o755)
 		exec.CommandContext(ctx, "sync").Run()
 		os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0) // root only; else as it is
-		c0 := cb.srv.counters()
-		t0 := time.Now()
-		var err error
-		var out string
-		if base == toolTMMat {
-			err = s.materialize(ctx, cb, s.buildOf(tool), run, dest, &r)
-		} else {
-			out, err = runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
-		}
-		r.Seconds = time.Since(t0).Seconds()
-		measured(&r, c0, cb.srv.counters())
+		out, err := timeStep(cb, &r, func() (string, error) {
+			if base == toolTMMat {
+				return "", s.materialize(ctx, cb, s.buildOf(tool), run, dest, &r)
+			}
+			return runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
+		})
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
