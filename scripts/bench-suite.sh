@@ -42,7 +42,7 @@
 #   BASELINE=HEAD~1 PEERS=0 DATASETS=go CODECS=gz SCENARIOS="extract cold-read" RUNS=2 \
 #     bash scripts/bench-suite.sh
 #
-# Environment (each also a flag of the driver; extra flags go after --):
+# Environment (each also a flag of the driver; more driver flags, such as -reads 50, go on the command line):
 #   RUNS=3                  runs per scenario and tool
 #   DATASETS="go small big"
 #   CODECS=""               for every dataset: tar gz zst seekable lz4
