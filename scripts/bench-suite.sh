@@ -15,6 +15,13 @@
 #   6. go version and go build with GOROOT in a lazy mount, a materialized
 #      mount, ratarmount and a local tree
 #   7. peak RSS of every mount
+# and, when asked for (SCENARIOS=progressive, index-pass):
+#   8. progressive mount: from the start, when the files at 10%, 50% and
+#      90% of the tar stream, `go version` and all of them are usable, and
+#      when the index pass ends: a mount without an index (it serves during
+#      its pass), one with --wait-index, and curl | tar -x
+#   9. index pass to the end: tarmount index URL with an empty cache, and
+#      the CLI decoding the whole object
 # on the datasets go (this machine's Go toolchain), small (200k files of
 # 1-8 KiB) and big (one 2 GiB text file), as .tar, .tar.gz, .tar.zst,
 # .seekable.tar.zst (tarmount pack) and .tar.lz4, served on 127.0.0.1 shaped
@@ -26,18 +33,36 @@
 #   bash scripts/bench-suite.sh           # needs root (apt, FUSE) and /dev/fuse; about an hour
 #   QUICK=1 bash scripts/bench-suite.sh   # a few minutes: go and big (256 MiB), gz and zst, 1 run
 #
-# Environment (each also a flag of the driver; extra flags go after --):
+# Old build against new build, in the same run (did a change leave the
+# figures unchanged within noise?): BASELINE=REV builds commit REV in a
+# temporary git worktree, and both binaries run as two tools of every
+# chosen scenario, alternating; the report adds a column "vs old", each
+# row's median over the old build's. For example, extraction and cold
+# reads of the Go toolchain, gzip, 2 runs, without the peers:
+#   BASELINE=HEAD~1 PEERS=0 DATASETS=go CODECS=gz SCENARIOS="extract cold-read" RUNS=2 \
+#     bash scripts/bench-suite.sh
+#
+# Environment (each also a flag of the driver; more driver flags, such as -reads 50, go on the command line):
 #   RUNS=3                  runs per scenario and tool
 #   DATASETS="go small big"
 #   CODECS=""               for every dataset: tar gz zst seekable lz4
 #                           (default: all for go, gz for small and big)
 #   PROFILES="objstore"     add unshaped for loopback without shaping
-#   SCENARIOS="1 2 3 4 5 6"
+#   SCENARIOS="1 2 3 4 5 6"   by number or name: 1 cold-mount, 2 warm-mount,
+#                           3 cold-read, 4 seq-read, 5 extract, 6 go-build,
+#                           8 progressive, 9 index-pass
 #   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
 #   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)
 #   OUT=$SCRATCH/out
 #   TARMOUNT_BIN=PATH       use this binary instead of building ./cmd/tarmount
+#   BASELINE=REV|PATH       also run the tarmount of commit REV (built with git
+#                           worktree + go build into $SCRATCH/bin/tarmount-REV),
+#                           or the binary PATH, as "old"; this tree's is "new"
+#   TARMOUNT="NAME=PATH,NAME=PATH"   the tarmount binaries to compare, the
+#                           baseline first (instead of BASELINE; nothing is built)
+#   PEERS=1                 0 runs tarmount's rows alone (no ratarmount, CLI
+#                           decoders, curl | tar, aria2c or local tree)
 #   RATARMOUNT=1            0 leaves ratarmount out (its rows say so)
 #   KEEP=1                  keep the work dir (logs, caches)
 set -euo pipefail
@@ -64,6 +89,9 @@ SCENARIOS="${SCENARIOS:-1 2 3 4 5 6}"
 BIG_SIZE="${BIG_SIZE:-${SCALE:-2GiB}}"
 SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}/tarmount-suite}"
 RATARMOUNT="${RATARMOUNT:-1}"
+PEERS="${PEERS:-1}"
+[[ -z "${BASELINE:-}" || -z "${TARMOUNT:-}" ]] || die "set BASELINE or TARMOUNT, not both"
+[[ "$PEERS" != 0 ]] || RATARMOUNT=0
 
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS=$RUNS is not a positive integer"
 [[ "$SCRATCH" != *[[:space:]]* ]] || die "SCRATCH=$SCRATCH must not contain spaces"
@@ -117,7 +145,8 @@ if ((${#missing[@]})); then
 	apt_install "${missing[@]}" || die "could not install ${missing[*]}"
 fi
 # aria2c is a peer: without it, its rows say n/a.
-command -v aria2c >/dev/null 2>&1 || apt_install aria2 || warn "aria2c is missing; its rows will say n/a"
+[[ "$PEERS" == 0 ]] || command -v aria2c >/dev/null 2>&1 || apt_install aria2 ||
+	warn "aria2c is missing; its rows will say n/a"
 
 # A venv in the scratch dir (kept between runs): ratarmount (which brings
 # rapidgzip) and matplotlib for the chart.
@@ -144,7 +173,7 @@ if [[ "$RATARMOUNT" != 0 ]]; then
 		RATAR_NOTE="failed to install (pip install ratarmount; see $SCRATCH/pip.log)"
 	fi
 fi
-if ! "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
+if [[ "$PEERS" != 0 ]] && ! "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
 	pip_install matplotlib || warn "pip install matplotlib failed: no chart"
 fi
 
@@ -157,8 +186,25 @@ fi
 RAPIDGZIP=""
 [[ -x "$VENV/bin/rapidgzip" ]] && RAPIDGZIP="$VENV/bin/rapidgzip"
 
+# build_rev REV OUT: build cmd/tarmount of commit REV into OUT, in a
+# temporary worktree of this repository (removed afterwards).
+build_rev() {
+	local rev src
+	rev="$(git -C "$REPO" rev-parse --short "$1^{commit}")" || die "BASELINE=$1 is not a commit"
+	src="$SCRATCH/src-$rev"
+	say "building tarmount of $rev (git worktree add $src; go build)"
+	git -C "$REPO" worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
+	git -C "$REPO" worktree add --quiet --detach "$src" "$rev" || die "git worktree add $src $rev failed"
+	local status=0
+	(cd "$src" && timeout 600 go build -o "$2" ./cmd/tarmount) || status=$?
+	git -C "$REPO" worktree remove --force "$src"
+	((status == 0)) || die "go build ./cmd/tarmount of $rev failed"
+}
+
 say "building tarmount and the driver into $BIN"
-if [[ -n "${TARMOUNT_BIN:-}" ]]; then
+if [[ -n "${TARMOUNT:-}" ]]; then
+	COMMIT="the builds of TARMOUNT ($(echo "$TARMOUNT" | sed -E 's/=[^,]*//g'))"
+elif [[ -n "${TARMOUNT_BIN:-}" ]]; then
 	[[ -x "$TARMOUNT_BIN" ]] || die "TARMOUNT_BIN=$TARMOUNT_BIN is not executable"
 	cp "$TARMOUNT_BIN" "$BIN/tarmount"
 	COMMIT="binary from TARMOUNT_BIN"
@@ -169,6 +215,18 @@ else
 	[[ -z "$(git -C "$REPO" status --porcelain 2>/dev/null | grep -v '^??' || true)" ]] || COMMIT+=" + uncommitted changes"
 fi
 timeout 600 go build -o "$BIN/benchsuite" ./scripts/benchsuite || die "go build ./scripts/benchsuite failed"
+TARMOUNT="${TARMOUNT:-$BIN/tarmount}"
+if [[ -n "${BASELINE:-}" ]]; then
+	if [[ -f "$BASELINE" && -x "$BASELINE" ]]; then
+		old="$BASELINE"
+		COMMIT="old: the binary BASELINE, new: $COMMIT"
+	else
+		old="$BIN/tarmount-$(git -C "$REPO" rev-parse --short "$BASELINE^{commit}" 2>/dev/null || echo "$BASELINE")"
+		build_rev "$BASELINE" "$old"
+		COMMIT="old: $(basename "$old" | sed 's/^tarmount-//'), new: $COMMIT"
+	fi
+	TARMOUNT="old=$old,new=$BIN/tarmount"
+fi
 
 TOOLS="$(go version | cut -d' ' -f3), tarmount $COMMIT, ratarmount: $RATAR_VERSION"
 TOOLS+=", $(curl --version | head -1 | cut -d' ' -f1-2), pigz $(pigz --version 2>&1 | cut -d' ' -f2)"
@@ -179,10 +237,15 @@ command -v aria2c >/dev/null && TOOLS+=", $(aria2c --version | head -1)"
 # ---------------------------------------------------------------- run
 
 list() { echo "$*" | tr ' ' ','; }
-args=(-scratch "$SCRATCH" -out "$OUT" -tarmount "$BIN/tarmount" "${RATAR_ARGS[@]}" -rapidgzip "$RAPIDGZIP"
-	-runs "$RUNS" -datasets "$(list "$DATASETS")" -profiles "$(list "$PROFILES")"
+# The command that remakes this report, for its header.
+CMDLINE="RUNS=$RUNS DATASETS=\"$DATASETS\" CODECS=\"$CODECS\" PROFILES=\"$PROFILES\" SCENARIOS=\"$SCENARIOS\" BIG_SIZE=$BIG_SIZE"
+[[ -z "${BASELINE:-}" ]] || CMDLINE+=" BASELINE=$BASELINE"
+[[ "$PEERS" != 0 ]] || CMDLINE+=" PEERS=0"
+CMDLINE+=" bash scripts/bench-suite.sh${*:+ $*}"
+args=(-scratch "$SCRATCH" -out "$OUT" -tarmount "$TARMOUNT" "${RATAR_ARGS[@]}" -rapidgzip "$RAPIDGZIP"
+	-peers="$([[ "$PEERS" == 0 ]] && echo false || echo true)" -runs "$RUNS" -datasets "$(list "$DATASETS")" -profiles "$(list "$PROFILES")"
 	-scenarios "$(list "$SCENARIOS")" -big-size "$BIG_SIZE" -gobuild-timeout "${GOBUILD_TIMEOUT:-5m}"
-	-meta "tools=$TOOLS")
+	-meta "command=$CMDLINE;tools=$TOOLS")
 [[ -z "$CODECS" ]] || args+=(-codecs "$(list "$CODECS")")
 [[ "${KEEP:-0}" != 1 ]] || args+=(-keep)
 say "running the suite: ${args[*]:2} $*"
@@ -193,7 +256,9 @@ wait "$DRIVER_PID" || status=$?
 DRIVER_PID=""
 ((status == 0)) || die "the driver failed (exit $status)"
 
-if "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
+if [[ "$PEERS" == 0 ]]; then
+	: # a comparison of builds: the table says it all
+elif "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
 	"$VENV/bin/python" scripts/bench-chart.py "$OUT/summary.json" "$OUT/suite.png" || warn "the chart failed"
 else
 	warn "matplotlib is missing: no chart"

@@ -284,7 +284,14 @@ type Facts struct {
 	Probe    Member   `json:"probe"`   // stat'ed to tell a mount is ready
 	Reads    []Member `json:"reads"`   // the small files read at random
 	Largest  Member   `json:"largest"` // read sequentially
+	// Along are the files at 10%, 50% and 90% of the tar stream (the
+	// first non-empty regular file whose data reaches past that point),
+	// which the progressive mount waits for.
+	Along []Member `json:"along"`
 }
+
+// alongPercents are where in the tar stream Facts.Along lie.
+var alongPercents = []int64{10, 50, 90}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -304,7 +311,7 @@ func scanFacts(r io.Reader, nreads int, seed uint64, spacing int64) (*Facts, err
 	cr := &countReader{r: r}
 	tr := tar.NewReader(cr)
 	f := &Facts{}
-	var small []Member
+	var small, all []Member
 	buf := make([]byte, 1<<20)
 	for {
 		hdr, err := tr.Next()
@@ -338,6 +345,9 @@ func scanFacts(r io.Reader, nreads int, seed uint64, spacing int64) (*Facts, err
 			if m.Size < smallReadMax {
 				small = append(small, m)
 			}
+			if m.Size > 0 {
+				all = append(all, m)
+			}
 		}
 	}
 	// The tar reader stops at the end-of-archive blocks; count the rest.
@@ -346,6 +356,12 @@ func scanFacts(r io.Reader, nreads int, seed uint64, spacing int64) (*Facts, err
 	}
 	f.TarBytes = cr.n
 	f.Reads = pick(small, nreads, seed, spacing)
+	for _, pct := range alongPercents {
+		at := f.TarBytes * pct / 100
+		if i := slices.IndexFunc(all, func(m Member) bool { return m.Offset+m.Size > at }); i >= 0 {
+			f.Along = append(f.Along, all[i])
+		}
+	}
 	return f, nil
 }
 
@@ -393,7 +409,7 @@ func loadFacts(tarPath string, nreads int, seed uint64) (*Facts, error) {
 		ID    string `json:"id"`
 		Facts *Facts `json:"facts"`
 	}
-	id := fmt.Sprintf("%d %d %d %d %d", st.Size(), st.ModTime().UnixNano(), nreads, seed, readSpacing)
+	id := fmt.Sprintf("v2 %d %d %d %d %d", st.Size(), st.ModTime().UnixNano(), nreads, seed, readSpacing)
 	if b, err := os.ReadFile(cache); err == nil {
 		var s stored
 		if json.Unmarshal(b, &s) == nil && s.ID == id && s.Facts != nil {

@@ -1,4 +1,5 @@
-// Command benchsuite is tarmount's benchmark suite against its peers: it
+// Command benchsuite is tarmount's benchmark suite against its peers (and
+// of tarmount builds against each other, -tarmount old=PATH,new=PATH): it
 // makes the datasets (the Go toolchain, 200k small files, one big file, each
 // as .tar, .tar.gz, .tar.zst, seekable .tar.zst and .tar.lz4), serves them
 // on 127.0.0.1 with scripts/httpserve/shaped (shaped like object storage, or
@@ -11,6 +12,7 @@
 // tarmount's packages.
 //
 //	benchsuite -tarmount BIN -ratarmount BIN -scratch DIR -out DIR [flags]
+//	benchsuite -tarmount old=BIN,new=BIN -peers=false -scenarios extract,cold-read -runs 2 ...
 //	benchsuite -render OUT/runs.jsonl -out DIR   (the reports again, from the runs)
 package main
 
@@ -40,7 +42,8 @@ import (
 
 type config struct {
 	scratch, out   string
-	tarmount       string
+	builds         []build // the tarmount binaries, the baseline first
+	peers          bool    // run the peers too (false: tarmount's rows alone)
 	ratarmount     string
 	ratarNote      string // why ratarmount is missing
 	rapidgzip      string
@@ -113,11 +116,13 @@ func main() {
 
 func parseFlags() (*config, error) {
 	c := &config{startedAtClock: time.Now()}
-	var datasets, codecs, profiles, scenarios, bigSize, goBuild, meta string
+	var err error
+	var tarmount, datasets, codecs, profiles, scenarios, bigSize, goBuild, meta string
 	var seed uint64
 	flag.StringVar(&c.scratch, "scratch", filepath.Join(os.TempDir(), "tarmount-suite"), "datasets (kept) and work files")
 	flag.StringVar(&c.out, "out", "", "where the reports go (default SCRATCH/out)")
-	flag.StringVar(&c.tarmount, "tarmount", "tarmount", "tarmount binary")
+	flag.StringVar(&tarmount, "tarmount", "tarmount", "tarmount binary, or several as NAME=PATH,NAME=PATH (the first is the baseline the others are compared with)")
+	flag.BoolVar(&c.peers, "peers", true, "run the peers (ratarmount, the CLI decoders, curl | tar, aria2c, the local tree); false: tarmount's rows alone")
 	flag.StringVar(&c.ratarmount, "ratarmount", "", "ratarmount binary (empty: not installed, see -ratarmount-note)")
 	flag.StringVar(&c.ratarNote, "ratarmount-note", "not installed", "why ratarmount is missing, for the report")
 	flag.StringVar(&c.rapidgzip, "rapidgzip", "", "rapidgzip binary (empty: not installed)")
@@ -125,7 +130,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&datasets, "datasets", "go,small,big", "datasets: go, small, big")
 	flag.StringVar(&codecs, "codecs", "", "codecs for every dataset: tar, gz, zst, seekable, lz4 (default: all for go, gz for small and big)")
 	flag.StringVar(&profiles, "profiles", "objstore", "server profiles: objstore (20 ms, 80 MB/s per connection), unshaped")
-	flag.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6", "scenarios to run (7, peak RSS, comes with every mount)")
+	flag.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6", "scenarios to run, by number or name: "+scenarioHelp()+" (7, peak RSS, comes with every mount)")
 	flag.StringVar(&bigSize, "big-size", "2GiB", "size of the big dataset's file (e.g. 256MiB)")
 	flag.IntVar(&c.smallFiles, "small-files", 200000, "files in the small dataset")
 	flag.IntVar(&c.reads, "reads", 100, "small files read at random in scenario 3")
@@ -164,9 +169,11 @@ func parseFlags() (*config, error) {
 			return nil, fmt.Errorf("unknown profile %q (objstore, unshaped)", p)
 		}
 	}
-	c.scenarios = map[string]bool{}
-	for _, s := range list(scenarios) {
-		c.scenarios[s] = true
+	if c.builds, err = parseBuilds(tarmount); err != nil {
+		return nil, err
+	}
+	if c.scenarios, err = parseScenarios(list(scenarios)); err != nil {
+		return nil, err
 	}
 	n, err := parseSize(bigSize)
 	if err != nil {
@@ -183,6 +190,39 @@ func parseFlags() (*config, error) {
 		c.metaExtra = strings.Split(meta, ";")
 	}
 	return c, nil
+}
+
+// scenarioNames are the scenarios -scenarios accepts, by number and name.
+var scenarioNames = [][2]string{
+	{"1", "cold-mount"},
+	{"2", "warm-mount"},
+	{"3", "cold-read"},
+	{"4", "seq-read"},
+	{"5", "extract"},
+	{"6", "go-build"},
+	{"8", "progressive"},
+	{"9", "index-pass"},
+}
+
+func scenarioHelp() string {
+	var hs []string
+	for _, n := range scenarioNames {
+		hs = append(hs, n[0]+" "+n[1])
+	}
+	return strings.Join(hs, ", ")
+}
+
+// parseScenarios returns the chosen scenarios by number.
+func parseScenarios(names []string) (map[string]bool, error) {
+	m := map[string]bool{}
+	for _, x := range names {
+		i := slices.IndexFunc(scenarioNames, func(n [2]string) bool { return x == n[0] || x == n[1] })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q (%s)", x, scenarioHelp())
+		}
+		m[scenarioNames[i][0]] = true
+	}
+	return m, nil
 }
 
 // parseSize reads 2GiB, 256MiB, 64KiB or a number of bytes.
@@ -345,7 +385,7 @@ func makeDataset(ctx context.Context, c *config, kind string, codecs []string) (
 		}
 		tmp := out + ".tmp"
 		if msg, err := runCmd(ctx, time.Hour, os.Environ(), "", "bash", "-o", "pipefail", "-c", sh, "_",
-			d.tarPath(), tmp, c.tarmount); err != nil {
+			d.tarPath(), tmp, c.builds[len(c.builds)-1].bin); err != nil {
 			os.Remove(tmp)
 			return nil, fmt.Errorf("make %s: %v: %s", out, err, msg)
 		}
@@ -389,12 +429,16 @@ func (s *suite) record(r Result) {
 	s.results = append(s.results, r)
 	b, _ := json.Marshal(r)
 	s.jsonl.Write(append(b, '\n'))
-	line := fmt.Sprintf("%s: %s", r.Tool, r.Status)
+	tool := r.Tool
+	if what, ok := strings.CutPrefix(r.Scenario, scProgress+": "); ok {
+		tool += " (" + what + ")"
+	}
+	line := fmt.Sprintf("%s: %s", tool, r.Status)
 	switch {
 	case r.Status == statusOK && strings.HasPrefix(r.Scenario, scRSS):
 		line = fmt.Sprintf("%s: peak RSS %.0f MiB (%s)", r.Tool, float64(r.RSS)/(1<<20), strings.TrimPrefix(r.Scenario, scRSS+": "))
 	case r.Status == statusOK:
-		line = fmt.Sprintf("%s: %.3f s", r.Tool, r.Seconds)
+		line = fmt.Sprintf("%s: %.3f s", tool, r.Seconds)
 		if r.Reads > 0 {
 			line += fmt.Sprintf(", p50 %.1f ms, p99 %.1f ms", r.P50*1e3, r.P99*1e3)
 		}
@@ -552,6 +596,21 @@ func (s *suite) meta(sets []*dataset, load0 string, took time.Duration) [][2]str
 			d.facts.Entries, d.facts.Files, d.facts.Dirs, fmtBytes(d.facts.TarBytes), strings.Join(objs, ", "),
 			d.facts.Largest.Path, fmtBytes(d.facts.Largest.Size), len(d.facts.Reads), c.seed))
 	}
+	if len(c.builds) > 1 {
+		var bs []string
+		for i, b := range c.builds {
+			v, err := exec.Command(b.bin, "--version").Output()
+			line := lastLine(string(v))
+			if err != nil || line == "" {
+				line = "no --version"
+			}
+			if i == 0 {
+				line += ", the baseline"
+			}
+			bs = append(bs, fmt.Sprintf("%s: %s (%s)", b.name, filepath.Base(b.bin), line))
+		}
+		add("tarmount builds", strings.Join(bs, "; "))
+	}
 	add("profiles", "objstore = 20 ms before each response, 80 MB/s per connection; unshaped = no delay or cap; both on 127.0.0.1")
 	for _, e := range c.metaExtra {
 		if k, v, ok := strings.Cut(e, "="); ok {
@@ -634,4 +693,6 @@ var standingNotes = []string{
 	"Scenario 6 runs `GOROOT=R R/bin/go version` and `go build` of a hello-world module (GOCACHE fresh each run, CGO_ENABLED=0, GOTOOLCHAIN=local); the local tree is `tar -x` of the same archive, warm in the page cache.",
 	"A single-frame .tar.zst cannot be entered in the middle: tarmount's first pass decodes it to its cache dir, so warm mounts serve reads from that local copy (fetched 0).",
 	"Peak RSS is VmHWM of the mount process (tarmount, or ratarmount's python), read just before it is stopped.",
+	"Scenario 8 (when chosen) times, from the start of each tool, the first byte of the files at 10%, 50% and 90% of the tar stream, `go version` from the tree (go dataset) and all of them, each probe retrying every 20 ms from the start; and when tarmount's log says the index pass ended. tarmount mounts with an empty cache, serving during its pass or (--wait-index) after it; curl | tar -x writes a tree on the work dir's filesystem. The three files are checked whole afterwards.",
+	"Scenario 9 (when chosen) is `tarmount index URL` with an empty cache, from start to exit, against the CLI decoding the whole object as in scenario 1.",
 }

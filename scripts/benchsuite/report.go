@@ -49,9 +49,11 @@ const (
 	scGoVersion = "6a. go version with GOROOT inside"
 	scGoBuild   = "6b. go build hello (fresh GOCACHE)"
 	scRSS       = "7. peak RSS of the mount"
+	scProgress  = "8. progressive mount, no index"
+	scIndexPass = "9. index pass to the end, no index"
 )
 
-var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS}
+var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass}
 
 // percentile returns the p-th percentile (0-100) of xs by linear
 // interpolation between closest ranks; NaN for no values.
@@ -114,6 +116,7 @@ type Row struct {
 	P99       float64 `json:"p99,omitempty"`
 	RSS       int64   `json:"rss,omitempty"`
 	Ratio     float64 `json:"ratio_to_best_peer,omitempty"` // < 1: better than the best peer
+	VsBase    float64 `json:"ratio_to_baseline,omitempty"`  // < 1: better than the baseline build's row
 	Target    string  `json:"target,omitempty"`
 	TargetMet *bool   `json:"target_met,omitempty"`
 	Notes     string  `json:"notes,omitempty"`
@@ -132,9 +135,10 @@ type Group struct {
 
 // Summary is the summary JSON that the markdown and the chart are made of.
 type Summary struct {
-	Meta   [][2]string `json:"meta"`
-	Notes  []string    `json:"notes"`
-	Groups []Group     `json:"groups"`
+	Baseline string      `json:"baseline,omitempty"` // the build the others are compared with (several tarmount builds)
+	Meta     [][2]string `json:"meta"`
+	Notes    []string    `json:"notes"`
+	Groups   []Group     `json:"groups"`
 }
 
 // isTarmount tells tarmount's rows from the peers'.
@@ -144,7 +148,7 @@ func isTarmount(tool string) bool { return strings.HasPrefix(tool, "tarmount") }
 // the local tree).
 func isReference(scenario, tool string) bool {
 	switch scenario {
-	case scColdMount, scSeq:
+	case scColdMount, scSeq, scIndexPass:
 		return strings.HasPrefix(tool, "curl")
 	case scGoVersion, scGoBuild:
 		return tool == toolLocal
@@ -191,6 +195,14 @@ func summarize(results []Result, meta [][2]string, notes []string) Summary {
 		return a.sc < b.sc
 	})
 	s := Summary{Meta: meta, Notes: notes}
+	// The baseline is the first build of -tarmount, which runs first in
+	// the first round of every scenario.
+	for _, r := range results {
+		if _, name := splitTool(r.Tool); name != "" && isTarmount(r.Tool) {
+			s.Baseline = name
+			break
+		}
+	}
 	for _, k := range keys {
 		m := metricOf(k.sc)
 		g := Group{Scenario: k.sc, Dataset: k.ds, Codec: k.codec, Profile: k.prof, Metric: m.name, Higher: m.higher}
@@ -206,6 +218,7 @@ func summarize(results []Result, meta [][2]string, notes []string) Summary {
 			g.Rows = append(g.Rows, summarizeRow(t, byTool[t], m))
 		}
 		setRatiosAndTargets(&g)
+		setVsBaseline(&g, s.Baseline)
 		s.Groups = append(s.Groups, g)
 	}
 	return s
@@ -311,6 +324,33 @@ func setRatiosAndTargets(g *Group) {
 	}
 }
 
+// setVsBaseline compares each tarmount row of a build with the same
+// tool's row of the baseline build.
+func setVsBaseline(g *Group, baseline string) {
+	if baseline == "" {
+		return
+	}
+	medians := map[string]float64{}
+	for _, r := range g.Rows {
+		if base, name := splitTool(r.Tool); name == baseline && isTarmount(r.Tool) {
+			medians[base] = r.Median
+		}
+	}
+	for i := range g.Rows {
+		r := &g.Rows[i]
+		base, name := splitTool(r.Tool)
+		b, ok := medians[base]
+		if name == "" || name == baseline || !ok || math.IsNaN(b) || math.IsNaN(r.Median) || b <= 0 || r.Median <= 0 {
+			continue
+		}
+		if g.Higher {
+			r.VsBase = b / r.Median
+		} else {
+			r.VsBase = r.Median / b
+		}
+	}
+}
+
 // spanBytes is tarmount's default span of decoded bytes: the most that a
 // small read should fetch.
 const spanBytes = 4 << 20
@@ -324,7 +364,7 @@ func setTarget(g *Group, r *Row, best, ref float64) {
 	case scWarmMount:
 		r.Target = "< 0.1 s"
 		met(r.Median < 0.1)
-	case scColdMount:
+	case scColdMount, scIndexPass:
 		if math.IsNaN(ref) {
 			return
 		}
@@ -410,16 +450,33 @@ func writeMarkdown(w io.Writer, s Summary) error {
 	for _, m := range s.Meta {
 		fmt.Fprintf(bw, "- %s: %s\n", m[0], mdEscape(m[1]))
 	}
+	if s.Baseline != "" {
+		fmt.Fprintf(bw, "- baseline: %s (\"vs %s\" is a row's median over the same tool's row of that build; where the two rows' min–max ranges overlap, the difference is within noise)\n", s.Baseline, s.Baseline)
+	}
 	last := ""
 	for _, g := range s.Groups {
 		if g.Scenario != last {
 			last = g.Scenario
 			fmt.Fprintf(bw, "\n## %s (%s)\n\n", g.Scenario, g.Metric)
-			fmt.Fprintln(bw, "| dataset | codec | profile | tool | median | min–max | MB/s | fetched | requests | p50 / p99 | peak RSS | vs best peer | target |")
-			fmt.Fprintln(bw, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+			head := "| dataset | codec | profile | tool | median | min–max | MB/s | fetched | requests | p50 / p99 | peak RSS | vs best peer | target |"
+			rule := "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+			if s.Baseline != "" {
+				head += " vs " + mdEscape(s.Baseline) + " |"
+				rule += "---:|"
+			}
+			fmt.Fprintln(bw, head)
+			fmt.Fprintln(bw, rule)
 		}
 		for _, r := range g.Rows {
-			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s |\n", g.Dataset, g.Codec, g.Profile, mdEscape(r.Tool), strings.Join(rowCells(g, r), " | "))
+			cells := rowCells(g, r)
+			if s.Baseline != "" {
+				vs := ""
+				if r.VsBase > 0 {
+					vs = fmt.Sprintf("%.2fx", r.VsBase)
+				}
+				cells = append(cells, vs)
+			}
+			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s |\n", g.Dataset, g.Codec, g.Profile, mdEscape(r.Tool), strings.Join(cells, " | "))
 		}
 	}
 	if len(s.Notes) > 0 {

@@ -17,17 +17,18 @@ import (
 
 // Tool names of the rows.
 const (
-	toolTM        = "tarmount"
-	toolRA        = "ratarmount"
-	toolTMCold    = "tarmount extract (no index)"
-	toolTMIndex   = "tarmount extract (saved index)"
-	toolTMMat     = "tarmount --materialize (saved index)"
-	toolCurlPigz  = "curl | pigz -d | tar -x"
-	toolCurlRapid = "curl | rapidgzip -d | tar -x"
-	toolAria      = "aria2c -x8 -s8, then tar -x"
-	toolTMLazy    = "tarmount (lazy, saved index)"
-	toolTMDone    = "tarmount (materialized)"
-	toolLocal     = "local disk (tar -x)"
+	toolTM          = "tarmount"
+	toolRA          = "ratarmount"
+	toolTMCold      = "tarmount extract (no index)"
+	toolTMIndex     = "tarmount extract (saved index)"
+	toolTMMat       = "tarmount --materialize (saved index)"
+	toolCurlPigz    = "curl | pigz -d | tar -x"
+	toolCurlRapid   = "curl | rapidgzip -d | tar -x"
+	toolAria        = "aria2c -x8 -s8, then tar -x"
+	toolTMLazy      = "tarmount (lazy, saved index)"
+	toolTMDone      = "tarmount (materialized)"
+	toolLocal       = "local disk (tar -x)"
+	toolTMIndexPass = "tarmount index"
 )
 
 // combo is one dataset in one codec served with one profile.
@@ -36,10 +37,10 @@ type combo struct {
 	codec   string
 	srv     *server
 	url     string
-	tmIdx   string // cache dir holding tarmount's saved index
-	raIdx   string // index folder holding ratarmount's saved index
-	tmNote  string // why tarmount's saved index is missing
-	raNote  string // why ratarmount cannot run this combo
+	tmIdx   map[string]string // by build name: cache dir holding tarmount's saved index
+	raIdx   string            // index folder holding ratarmount's saved index
+	tmNote  map[string]string // by build name: why tarmount's saved index is missing
+	raNote  string            // why ratarmount cannot run this combo
 	refDone map[int]bool
 }
 
@@ -87,15 +88,34 @@ func (s *suite) startMount(cb *combo, tool, mnt, cache, log string, extra ...str
 		return nil, err
 	}
 	var argv []string
-	switch tool {
+	switch base, _ := splitTool(tool); base {
 	case toolTM:
-		argv = append([]string{s.c.tarmount, cb.url, mnt, "--cache-dir", cache, "--cache-disk", "0"}, extra...)
+		argv = append([]string{s.buildOf(tool).bin, cb.url, mnt, "--cache-dir", cache, "--cache-disk", "0"}, extra...)
 	case toolRA:
 		argv = []string{s.c.ratarmount, "-f", "--index-folders", cache, cb.url, mnt}
 	default:
 		return nil, fmt.Errorf("no mount tool %q", tool)
 	}
 	return startProc(argv, s.env, log)
+}
+
+// mountpoint is where tool mounts.
+func (s *suite) mountpoint(tool string) string {
+	return filepath.Join(s.work, "mnt-"+strings.Map(func(r rune) rune {
+		if r == '.' || r == '-' || r == '+' || r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' {
+			return r
+		}
+		return '_'
+	}, tool))
+}
+
+// withPeers returns tarmount's tools followed by the peers, unless the
+// run has no peers.
+func (s *suite) withPeers(tm []string, peers ...string) []string {
+	if !s.c.peers {
+		return tm
+	}
+	return append(tm, peers...)
 }
 
 func (s *suite) logPath(cb *combo, what string, run int) string {
@@ -163,27 +183,39 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 		return err
 	}
 	sc := s.c.scenarios
+	type step struct {
+		on    bool
+		what  string
+		tools []string // run one after the other, in alternating order
+		one   func(ctx context.Context, cb *combo, run int, tool string) error
+		all   func(ctx context.Context, cb *combo, run int) error // or all tools at once
+	}
 	for run := 1; main && run <= s.c.runs; run++ {
-		if sc["1"] || sc["4"] {
-			say("%s %s %s, run %d/%d: cold mount-ready", d.name, codec, srv.name, run, s.c.runs)
-			for _, t := range inOrder(run, toolTM, toolRA, "reference") {
-				if err := s.coldMount(ctx, cb, run, t); err != nil {
+		tm := s.tools(toolTM)
+		steps := []step{
+			{on: sc["1"] || sc["4"], what: "cold mount-ready", tools: s.withPeers(tm, toolRA, "reference"), one: s.coldMount},
+			{on: sc["2"] || sc["3"] || sc["4"], what: "warm mount, random reads, sequential read",
+				tools: s.withPeers(slices.Clone(tm), toolRA), one: s.warmMount},
+			{on: sc["5"], what: "extraction", all: s.extract},
+			{on: sc["9"], what: "index pass to the end", tools: s.withPeers(s.tools(toolTMIndexPass), "reference"), one: s.indexPass},
+			{on: sc["8"], what: "progressive mount", tools: s.withPeers(append(slices.Clone(tm), s.tools(toolTMWait)...), curlTar(codec)),
+				one: s.progressiveOne},
+		}
+		for _, st := range steps {
+			if !st.on {
+				continue
+			}
+			say("%s %s %s, run %d/%d: %s", d.name, codec, srv.name, run, s.c.runs, st.what)
+			if st.all != nil {
+				if err := st.all(ctx, cb, run); err != nil {
 					return err
 				}
+				continue
 			}
-		}
-		if sc["2"] || sc["3"] || sc["4"] {
-			say("%s %s %s, run %d/%d: warm mount, random reads, sequential read", d.name, codec, srv.name, run, s.c.runs)
-			for _, t := range inOrder(run, toolTM, toolRA) {
-				if err := s.warmMount(ctx, cb, run, t); err != nil {
+			for _, t := range inOrder(run, st.tools...) {
+				if err := st.one(ctx, cb, run, t); err != nil {
 					return err
 				}
-			}
-		}
-		if sc["5"] {
-			say("%s %s %s, run %d/%d: extraction", d.name, codec, srv.name, run, s.c.runs)
-			if err := s.extract(ctx, cb, run); err != nil {
-				return err
 			}
 		}
 	}
@@ -196,23 +228,34 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 // prepare saves tarmount's and ratarmount's indexes (untimed).
 func (s *suite) prepare(ctx context.Context, cb *combo) error {
 	tag := fmt.Sprintf("%s-%s-%s", cb.d.name, cb.codec, cb.srv.name)
-	cb.tmIdx = filepath.Join(s.work, "idx", "tm-"+tag)
+	cb.tmIdx, cb.tmNote = map[string]string{}, map[string]string{}
 	cb.raIdx = filepath.Join(s.work, "idx", "ra-"+tag)
-	info("saving tarmount's index (tarmount index URL --cache-dir D)")
-	if msg, err := runCmd(ctx, s.c.indexTimeout, s.env, "", s.c.tarmount, "index", cb.url, "--cache-dir", cb.tmIdx,
-		"--cache-disk", "0"); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	for _, b := range s.c.builds {
+		// Each build saves its own index: their formats may differ.
+		idx := filepath.Join(s.work, "idx", "tm-"+tag)
+		if b.name != "" {
+			idx += "-" + b.name
 		}
-		cb.tmNote = fmt.Sprintf("tarmount index failed: %v: %s", err, lastLine(msg))
-		warnf("%s", cb.tmNote)
+		cb.tmIdx[b.name] = idx
+		info("saving %s's index (tarmount index URL --cache-dir D)", b.tool(toolTM))
+		if msg, err := runCmd(ctx, s.c.indexTimeout, s.env, "", b.bin, "index", cb.url, "--cache-dir", idx,
+			"--cache-disk", "0"); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			cb.tmNote[b.name] = fmt.Sprintf("%s index failed: %v: %s", b.tool(toolTM), err, lastLine(msg))
+			warnf("%s", cb.tmNote[b.name])
+		}
+	}
+	if !s.c.peers {
+		return nil
 	}
 	if s.c.ratarmount == "" {
 		cb.raNote = "ratarmount " + s.c.ratarNote
 		return nil
 	}
 	info("saving ratarmount's index (a first mount with --index-folders D)")
-	mnt := filepath.Join(s.work, "mnt-ratarmount")
+	mnt := s.mountpoint(toolRA)
 	p, err := s.startMount(cb, toolRA, mnt, cb.raIdx, s.logPath(cb, "ratarmount-index", 0))
 	if err != nil {
 		return err
@@ -240,7 +283,14 @@ func lastLine(s string) string {
 func (s *suite) coldMount(ctx context.Context, cb *combo, run int, tool string) error {
 	sc := s.c.scenarios
 	if tool == "reference" {
-		return s.reference(ctx, cb, run)
+		var scs []string
+		if sc["1"] {
+			scs = append(scs, scColdMount)
+		}
+		if sc["4"] && cb.d.facts.Largest.Size >= 1<<20 {
+			scs = append(scs, scSeq)
+		}
+		return s.reference(ctx, cb, run, scs...)
 	}
 	if !sc["1"] {
 		return nil
@@ -255,7 +305,7 @@ func (s *suite) coldMount(ctx context.Context, cb *combo, run int, tool string) 
 	cache := filepath.Join(s.work, "cold-cache")
 	os.RemoveAll(cache)
 	defer os.RemoveAll(cache)
-	mnt := filepath.Join(s.work, "mnt-"+tool)
+	mnt := s.mountpoint(tool)
 	c0 := cb.srv.counters()
 	t0 := time.Now()
 	p, err := s.startMount(cb, tool, mnt, cache, s.logPath(cb, tool+"-cold", run))
@@ -297,9 +347,9 @@ func (s *suite) recordRSS(cb *combo, phase, tool string, run int, rss int64) {
 	s.record(r)
 }
 
-// reference decodes the whole object with the codec's CLI, for scenarios 1
-// and 4.
-func (s *suite) reference(ctx context.Context, cb *combo, run int) error {
+// reference decodes the whole object with the codec's CLI, for scenarios 1,
+// 4 and 9, and records the run in each of scs.
+func (s *suite) reference(ctx context.Context, cb *combo, run int, scs ...string) error {
 	label, cmd := decoder(cb.codec)
 	tool := "curl | " + label
 	c0 := cb.srv.counters()
@@ -310,14 +360,8 @@ func (s *suite) reference(ctx context.Context, cb *combo, run int) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	var rs []Result
-	if s.c.scenarios["1"] {
-		rs = append(rs, s.result(cb, scColdMount, tool, run))
-	}
-	if s.c.scenarios["4"] && cb.d.facts.Largest.Size >= 1<<20 {
-		rs = append(rs, s.result(cb, scSeq, tool, run))
-	}
-	for _, r := range rs {
+	for _, sc := range scs {
+		r := s.result(cb, sc, tool, run)
 		measured(&r, c0, cb.srv.counters())
 		r.Payload = cb.d.facts.TarBytes
 		switch n, _ := strconv.ParseInt(lastLine(out), 10, 64); {
@@ -353,8 +397,8 @@ func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) 
 	if len(scs) == 0 {
 		return nil
 	}
-	note := cb.tmNote
-	cache := cb.tmIdx
+	_, bn := splitTool(tool)
+	note, cache := cb.tmNote[bn], cb.tmIdx[bn]
 	if tool == toolRA {
 		note, cache = cb.raNote, cb.raIdx
 		if note != "" {
@@ -372,7 +416,7 @@ func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) 
 		}
 		return nil
 	}
-	mnt := filepath.Join(s.work, "mnt-"+tool)
+	mnt := s.mountpoint(tool)
 	c0 := cb.srv.counters()
 	t0 := time.Now()
 	p, err := s.startMount(cb, tool, mnt, cache, s.logPath(cb, tool+"-warm", run))
@@ -448,9 +492,54 @@ func (s *suite) warmMount(ctx context.Context, cb *combo, run int, tool string) 
 	return nil
 }
 
+// indexPass is scenario 9 for one tool: `tarmount index URL` with an
+// empty cache, from start to exit (the whole first pass, which a mount
+// runs behind a tree that already answers), or the CLI decoding the object.
+func (s *suite) indexPass(ctx context.Context, cb *combo, run int, tool string) error {
+	if tool == "reference" {
+		return s.reference(ctx, cb, run, scIndexPass)
+	}
+	r := s.result(cb, scIndexPass, tool, run)
+	r.Payload = cb.d.facts.TarBytes
+	cache := filepath.Join(s.work, "cold-cache")
+	os.RemoveAll(cache)
+	defer os.RemoveAll(cache)
+	out, err := timeStep(cb, &r, func() (string, error) {
+		return runCmd(ctx, s.c.indexTimeout, s.env, "", s.buildOf(tool).bin, "index", cb.url, "--cache-dir", cache, "--cache-disk", "0")
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		s.fail(r, "%v: %s", err, lastLine(out))
+	default:
+		r.Status = statusOK
+		s.record(r)
+	}
+	return nil
+}
+
+// timeStep runs f as r's timed step: it sets r's seconds and what the
+// server counted meanwhile, and returns f's output and error.
+func timeStep(cb *combo, r *Result, f func() (string, error)) (string, error) {
+	c0 := cb.srv.counters()
+	t0 := time.Now()
+	out, err := f()
+	r.Seconds = time.Since(t0).Seconds()
+	measured(r, c0, cb.srv.counters())
+	return out, err
+}
+
 // extractTools are the tools of scenario 5 for a codec.
 func (s *suite) extractTools(codec string) []string {
-	tools := []string{toolTMCold, toolTMIndex, toolTMMat, curlTar(codec)}
+	var tm []string
+	for _, base := range []string{toolTMCold, toolTMIndex, toolTMMat} {
+		tm = append(tm, s.tools(base)...)
+	}
+	if !s.c.peers {
+		return tm
+	}
+	tools := append(tm, curlTar(codec))
 	if codec == "gz" {
 		tools = append(tools, toolCurlPigz, toolCurlRapid)
 	}
@@ -517,14 +606,15 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 		sh := func(script string) []string {
 			return []string{"bash", "-o", "pipefail", "-c", script, "_", cb.url, dest, dl, s.c.rapidgzip}
 		}
-		switch tool {
+		base, bn := splitTool(tool)
+		switch base {
 		case toolTMCold:
 			cold := filepath.Join(s.work, "cold-cache")
 			os.RemoveAll(cold)
 			defer os.RemoveAll(cold)
-			argv = []string{s.c.tarmount, "extract", cb.url, dest, "--cache-dir", cold, "--cache-disk", "0", "--quiet"}
+			argv = []string{s.buildOf(tool).bin, "extract", cb.url, dest, "--cache-dir", cold, "--cache-disk", "0", "--quiet"}
 		case toolTMIndex:
-			argv = []string{s.c.tarmount, "extract", cb.url, dest, "--cache-dir", cb.tmIdx, "--cache-disk", "0", "--quiet"}
+			argv = []string{s.buildOf(tool).bin, "extract", cb.url, dest, "--cache-dir", cb.tmIdx[bn], "--cache-disk", "0", "--quiet"}
 		case toolTMMat:
 		case curlTar(cb.codec):
 			if cb.codec == "lz4" {
@@ -552,8 +642,8 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 			argv = sh(`aria2c -q -x8 -s8 -k1M --allow-overwrite=true --auto-file-renaming=false -d "$3" -o obj "$1" && ` +
 				dec + ` < "$3/obj" | tar -x -C "$2"`)
 		}
-		if (tool == toolTMIndex || tool == toolTMMat) && cb.tmNote != "" {
-			s.fail(r, "%s", cb.tmNote)
+		if (base == toolTMIndex || base == toolTMMat) && cb.tmNote[bn] != "" {
+			s.fail(r, "%s", cb.tmNote[bn])
 			continue
 		}
 		// Untimed: a clean destination, the previous run's writes on
@@ -569,17 +659,12 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 		os.MkdirAll(dl, 0o755)
 		exec.CommandContext(ctx, "sync").Run()
 		os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0) // root only; else as it is
-		c0 := cb.srv.counters()
-		t0 := time.Now()
-		var err error
-		var out string
-		if tool == toolTMMat {
-			err = s.materialize(ctx, cb, run, dest, &r)
-		} else {
-			out, err = runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
-		}
-		r.Seconds = time.Since(t0).Seconds()
-		measured(&r, c0, cb.srv.counters())
+		out, err := timeStep(cb, &r, func() (string, error) {
+			if base == toolTMMat {
+				return "", s.materialize(ctx, cb, s.buildOf(tool), run, dest, &r)
+			}
+			return runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
+		})
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -604,10 +689,10 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 
 // materialize runs `tarmount URL MNT --materialize DEST` with the saved
 // index until its log says msg=materialized; it sets r.Seconds and r.RSS.
-func (s *suite) materialize(ctx context.Context, cb *combo, run int, dest string, r *Result) error {
-	mnt := filepath.Join(s.work, "mnt-tarmount")
+func (s *suite) materialize(ctx context.Context, cb *combo, b build, run int, dest string, r *Result) error {
+	mnt := s.mountpoint(toolTM)
 	t0 := time.Now()
-	p, err := s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "materialize", run), "--materialize", dest)
+	p, err := s.startMount(cb, b.tool(toolTM), mnt, cb.tmIdx[b.name], s.logPath(cb, b.tool("materialize"), run), "--materialize", dest)
 	if err != nil {
 		return err
 	}
@@ -616,7 +701,7 @@ func (s *suite) materialize(ctx context.Context, cb *combo, run int, dest string
 	r.RSS = vmHWM(p.pid())
 	stopMount(p, mnt)
 	if err == nil {
-		s.recordRSS(cb, "materialize", toolTM, run, r.RSS)
+		s.recordRSS(cb, "materialize", b.tool(toolTM), run, r.RSS)
 	}
 	return err
 }
@@ -637,7 +722,8 @@ func (s *suite) goBuild(ctx context.Context, cb *combo) error {
 	os.WriteFile(filepath.Join(hello, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n"), 0o644)
 	for run := 1; run <= s.c.runs; run++ {
 		say("%s %s %s, run %d/%d: go version and go build with GOROOT inside", cb.d.name, cb.codec, cb.srv.name, run, s.c.runs)
-		for _, tool := range inOrder(run, toolTMLazy, toolTMDone, toolRA, toolLocal) {
+		tm := append(s.tools(toolTMLazy), s.tools(toolTMDone)...)
+		for _, tool := range inOrder(run, s.withPeers(tm, toolRA, toolLocal)...) {
 			if err := s.goBuildOne(ctx, cb, run, tool, hello); err != nil {
 				return err
 			}
@@ -668,28 +754,29 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 			}
 			return nil
 		}
-		mnt = filepath.Join(s.work, "mnt-ratarmount")
+		mnt = s.mountpoint(toolRA)
 		if p, err = s.startMount(cb, toolRA, mnt, cb.raIdx, s.logPath(cb, "ratarmount-go", run)); err != nil {
 			return err
 		}
 		_, err = waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.mountTimeout)
 	default:
-		if cb.tmNote != "" {
-			failBoth("%s", cb.tmNote)
+		b := s.buildOf(tool)
+		if cb.tmNote[b.name] != "" {
+			failBoth("%s", cb.tmNote[b.name])
 			return nil
 		}
-		mnt = filepath.Join(s.work, "mnt-tarmount")
-		if tool == toolTMDone {
+		mnt = s.mountpoint(toolTM)
+		if base, _ := splitTool(tool); base == toolTMDone {
 			mat := filepath.Join(s.work, "mat", "go")
 			os.RemoveAll(filepath.Dir(mat))
 			os.MkdirAll(mat, 0o755)
 			defer os.RemoveAll(filepath.Dir(mat))
-			if p, err = s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "tarmount-go-mat", run), "--materialize", mat); err != nil {
+			if p, err = s.startMount(cb, b.tool(toolTM), mnt, cb.tmIdx[b.name], s.logPath(cb, b.tool("tarmount-go-mat"), run), "--materialize", mat); err != nil {
 				return err
 			}
 			_, err = waitLog(ctx, p, "msg=materialized", s.c.stepTimeout)
 		} else {
-			if p, err = s.startMount(cb, toolTM, mnt, cb.tmIdx, s.logPath(cb, "tarmount-go", run)); err != nil {
+			if p, err = s.startMount(cb, b.tool(toolTM), mnt, cb.tmIdx[b.name], s.logPath(cb, b.tool("tarmount-go"), run)); err != nil {
 				return err
 			}
 			_, err = waitPath(ctx, p, mnt, filepath.Join(mnt, cb.d.facts.Probe.Path), s.c.mountTimeout)
@@ -751,11 +838,11 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 	}
 	if p != nil {
 		phase, name := "go build", toolRA
-		switch tool {
+		switch base, _ := splitTool(tool); base {
 		case toolTMLazy:
-			name = toolTM
+			name = s.buildOf(tool).tool(toolTM)
 		case toolTMDone:
-			phase, name = "go build (materialized)", toolTM
+			phase, name = "go build (materialized)", s.buildOf(tool).tool(toolTM)
 		}
 		s.recordRSS(cb, phase, name, run, vmHWM(p.pid()))
 	}

@@ -104,6 +104,16 @@ func TestSmallFacts(t *testing.T) {
 			t.Errorf("%s at %d: crc %08x, want %08x", m.Path, m.Offset, got, m.CRC)
 		}
 	}
+	// The files along the stream hold the 10%, 50% and 90% points.
+	if len(f.Along) != len(alongPercents) {
+		t.Fatalf("got %d files along the stream, want %d", len(f.Along), len(alongPercents))
+	}
+	for i, m := range f.Along {
+		at := tarBytes * alongPercents[i] / 100
+		if m.Offset+m.Size <= at || m.Offset > at+8<<10+1024 {
+			t.Errorf("file at %d%%: %s at %d+%d, want it to reach past %d", alongPercents[i], m.Path, m.Offset, m.Size, at)
+		}
+	}
 	// Spaced reads lie that far apart.
 	const spacing = 256 << 10
 	sp, err := scanFacts(bytes.NewReader(tr), 100, 7, spacing)

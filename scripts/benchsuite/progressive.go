@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Scenario 8, the progressive mount: how soon files are usable when a
+// machine starts from a remote tarball with no index yet. From the start
+// of each tool, the time until the first byte of the files at 10%, 50% and
+// 90% of the tar stream can be read, `go version` runs from the tree (the
+// go dataset), all of these, and (tarmount) the index pass ends; for a
+// mount that serves while it indexes, one that is ready only after its
+// pass (--wait-index), and curl | tar -x, whose files appear as tar writes
+// them. The probes start with the tool and retry every 20 ms, as services
+// started at boot would.
+
+// Tool names of scenario 8.
+const (
+	toolTMWait = "tarmount --wait-index"
+)
+
+// probeEvery is how often a probe retries: faster polling costs the tools
+// that make files appear late CPU.
+const probeEvery = 20 * time.Millisecond
+
+// progressSc names a measurement of scenario 8; the letters order the
+// report's tables.
+func progressSc(what string) string {
+	letter := map[string]string{"go version": "d", "all of them": "e", "index pass ended": "f"}[what]
+	if letter == "" {
+		letter = map[string]string{"10": "a", "50": "b", "90": "c"}[strings.TrimSuffix(strings.TrimPrefix(what, "file at "), "%")]
+	}
+	return scProgress + ": " + letter + ". " + what
+}
+
+// progressiveOne is one run of scenario 8 for one tool.
+func (s *suite) progressiveOne(ctx context.Context, cb *combo, run int, tool string) error {
+	f := cb.d.facts
+	var labels []string
+	var paths []string
+	for i, m := range f.Along {
+		labels = append(labels, fmt.Sprintf("file at %d%%", alongPercents[i]))
+		paths = append(paths, m.Path)
+	}
+	goVersion := cb.d.kind == "go"
+	if goVersion {
+		labels = append(labels, "go version")
+	}
+	base, _ := splitTool(tool)
+	var root, mnt string
+	var p *proc
+	var err error
+	cache := filepath.Join(s.work, "cold-cache")
+	os.RemoveAll(cache)
+	defer os.RemoveAll(cache)
+	t0 := time.Now()
+	switch base {
+	case toolTM, toolTMWait:
+		mnt = s.mountpoint(toolTM)
+		var extra []string
+		if base == toolTMWait {
+			extra = []string{"--wait-index"}
+		}
+		p, err = s.startMount(cb, s.buildOf(tool).tool(toolTM), mnt, cache, s.logPath(cb, tool+"-progressive", run), extra...)
+		root = mnt
+	default:
+		root = filepath.Join(s.work, "progressive-tree")
+		os.RemoveAll(root)
+		defer os.RemoveAll(root)
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return err
+		}
+		tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd"}[cb.codec]
+		script := `curl -sSf "$1" | tar -x ` + tarFlag + ` -C "$2"`
+		if cb.codec == "lz4" {
+			script = `curl -sSf "$1" | lz4 -dc | tar -x -C "$2"`
+		}
+		p, err = startProc([]string{"bash", "-o", "pipefail", "-c", script, "_", cb.url, root}, s.env, s.logPath(cb, "curl-tar-progressive", run))
+	}
+	if err != nil {
+		return err
+	}
+	stop := func() {
+		if mnt != "" {
+			stopMount(p, mnt)
+		} else {
+			p.stop(15 * time.Second)
+		}
+	}
+	defer stop()
+
+	// The probes, and the end of the index pass, all at once.
+	pctx, cancel := context.WithTimeout(ctx, s.c.stepTimeout)
+	defer cancel()
+	done := make([]time.Duration, len(labels))
+	errs := make([]error, len(labels))
+	var wg sync.WaitGroup
+	for i := range labels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probe := func() error { return readFirstByte(filepath.Join(root, paths[min(i, len(paths)-1)])) }
+			if i >= len(paths) {
+				probe = func() error {
+					_, err := runCmd(pctx, time.Minute, s.env, "", filepath.Join(root, cb.d.top, "bin", "go"), "version")
+					return err
+				}
+			}
+			for {
+				if probe() == nil {
+					done[i] = time.Since(t0)
+					return
+				}
+				select {
+				case <-pctx.Done():
+					errs[i] = fmt.Errorf("%s: not usable within %s", labels[i], s.c.stepTimeout)
+					return
+				case <-time.After(probeEvery):
+				}
+			}
+		}()
+	}
+	var passEnd time.Duration
+	var passErr error
+	if mnt != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var at time.Time
+			if at, passErr = waitLog(pctx, p, "msg=indexed", s.c.stepTimeout); passErr == nil {
+				passEnd = at.Sub(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	if mnt == "" {
+		// tar may still be writing the files whose first byte was seen.
+		select {
+		case <-p.done:
+		case <-pctx.Done():
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	all := time.Duration(0)
+	var bad []string
+	if mnt == "" && p.exited() && p.err != nil {
+		bad = append(bad, fmt.Sprintf("%v: %s", p.err, p.lastLine()))
+	}
+	for i, e := range errs {
+		if e != nil {
+			bad = append(bad, e.Error())
+		}
+		all = max(all, done[i])
+	}
+	// Every probe read a first byte; the files must also be whole.
+	for _, m := range f.Along {
+		if err := checkMember(filepath.Join(root, m.Path), m); err != nil {
+			bad = append(bad, "content check: "+err.Error())
+		}
+	}
+	for i, l := range labels {
+		r := s.result(cb, progressSc(l), tool, run)
+		if len(bad) > 0 {
+			s.fail(r, "%s", strings.Join(bad, "; "))
+			continue
+		}
+		r.Status, r.Seconds = statusOK, done[i].Seconds()
+		s.record(r)
+	}
+	if len(labels) > 0 {
+		r := s.result(cb, progressSc("all of them"), tool, run)
+		if len(bad) > 0 {
+			s.fail(r, "%s", strings.Join(bad, "; "))
+		} else {
+			r.Status, r.Seconds = statusOK, all.Seconds()
+			s.record(r)
+		}
+	}
+	if mnt != "" {
+		r := s.result(cb, progressSc("index pass ended"), tool, run)
+		if passErr != nil {
+			s.fail(r, "%v", passErr)
+		} else {
+			r.Status, r.Seconds = statusOK, passEnd.Seconds()
+			s.record(r)
+		}
+	}
+	return nil
+}
+
+// readFirstByte opens path and reads one byte of it.
+func readFirstByte(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var b [1]byte
+	_, err = f.Read(b[:])
+	return err
+}
