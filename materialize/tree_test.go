@@ -16,8 +16,8 @@ import (
 	"github.com/tarmount/tarmount/index"
 )
 
-// buildIndex returns the index of a plain tar of members.
-func buildIndex(t *testing.T, members []tarMember) *index.Index {
+// buildIndex returns the index of a plain tar of members, and the tar.
+func buildIndex(t *testing.T, members []tarMember) (*index.Index, []byte) {
 	t.Helper()
 	archive := filepath.Join(t.TempDir(), "a.tar")
 	writeTar(t, archive, members, false)
@@ -29,7 +29,7 @@ func buildIndex(t *testing.T, members []tarMember) *index.Index {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ix
+	return ix, data
 }
 
 // openRoot opens a new empty directory as a job's DIR.
@@ -69,7 +69,7 @@ func TestDirTreePlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ix := buildIndex(t, tt.members)
+			ix, _ := buildIndex(t, tt.members)
 			_, rootFd := openRoot(t)
 			var tree dirTree
 			var nb notes
@@ -133,7 +133,7 @@ func TestDirTreeMake(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ix := buildIndex(t, members)
+			ix, _ := buildIndex(t, members)
 			dir, rootFd := openRoot(t)
 			var tree dirTree
 			if err := tree.plan(ix, rootFd, true, func(string, string, error) {}); err != nil {
