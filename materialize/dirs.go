@@ -46,6 +46,12 @@ type dirTree struct {
 	stopped bool      // guarded by mu: make returned
 }
 
+// name is another name of an entry (a hard link): name in directory dir.
+type name struct {
+	dir  index.EntryID
+	name string
+}
+
 // plan walks the tree of ix from the root, without touching DIR: it lists
 // the directories to make, parents first, refuses names that are not one
 // component (telling note), and collects the extra names (hard links) of

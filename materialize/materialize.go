@@ -146,10 +146,13 @@ type Spans interface {
 //	tree   dirTree     the directories: planned, made, kept open
 //
 // Stage may be called from one goroutine while Run has not started; Run
-// is called once; OpenLocal, Notes, Abandon and Close are safe for
-// concurrent use at any time. No two of the parts' locks are held at
-// once, except a file's own (wfile.mu), which may be taken under none or
-// taken first.
+// is called once; OpenLocal and Notes are safe for concurrent use at any
+// time; Close and Abandon are idempotent.
+//
+// Lock order: a file's own lock (wfile.mu, held while it is created)
+// comes first; under it, creating the file may take dirTree.mu,
+// dirTable.mu or stager.mu, never two of those at once. notes.mu, the
+// journal's and the bufLists' locks are leaves.
 type Job struct {
 	// set once, by Open
 	opts     Options
@@ -164,11 +167,6 @@ type Job struct {
 	stage stager
 	tree  dirTree
 	notes notes
-}
-
-type name struct {
-	dir  index.EntryID
-	name string
 }
 
 // submitWhole queues the writing of wf as one piece: a file with no data
