@@ -11,8 +11,8 @@ import (
 //
 // It owns the job's context: the first failing task cancels it (fail), as
 // do Close and the end of Run's ctx; every blocking step of the job waits
-// on it. Once it is cancelled, tasks still queued are dropped, not run,
-// and submit fails.
+// on it. Once it is cancelled, no task starts: those still queued and
+// those submitted later are dropped (or submit fails with the error).
 //
 // submit, fail and failure are safe for concurrent use; start and stop are
 // called once each, by Open and Close. err is written once, under errOnce,
@@ -63,7 +63,8 @@ func (p *writerPool) fail(err error) {
 	})
 }
 
-// submit queues fn for a writer. It fails once the job has failed.
+// submit queues fn for a writer. Once the job has failed it fails, or
+// queues fn to be dropped (select picks either when both are ready).
 func (p *writerPool) submit(fn func() error) error {
 	p.pending.Add(1)
 	select {
