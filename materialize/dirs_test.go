@@ -105,13 +105,13 @@ func TestManyDirectories(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			var jb *Job
 			_, err := extractWith(t, archive, out, cold, Options{Writers: writers, Decoders: 2},
-				func(j *Job) { j.dirLimit, jb = limit, j })
+				func(j *Job) { j.tree.limit, jb = limit, j })
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The archive has no member for its top directory.
 			treecmp.Compare(t, ref, out, treecmp.Options{SkipRoot: true, MaxErrors: 20})
-			d := jb.dirt
+			d := jb.tree.table
 			d.mu.Lock()
 			maxOpen, reopened, open := d.maxOpen, d.reopened, d.open
 			d.mu.Unlock()

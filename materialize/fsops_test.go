@@ -158,7 +158,7 @@ func TestNoTmpfile(t *testing.T) {
 	writeTar(t, archive, members, true)
 	for _, cold := range []bool{false, true} {
 		out := filepath.Join(work, map[bool]string{false: "indexed", true: "cold"}[cold])
-		_, err := extractWith(t, archive, out, cold, Options{}, func(j *Job) { j.noTmpfile.Store(true) })
+		_, err := extractWith(t, archive, out, cold, Options{}, func(j *Job) { j.life.noTmpfile.Store(true) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +293,7 @@ func TestStageSlabs(t *testing.T) {
 					t.Fatalf("%s: got %d bytes, want %d", m.name, len(got), len(m.body))
 				}
 			}
-			if len(j.slabFree.free) == 0 {
+			if len(j.stage.slabFree.free) == 0 {
 				t.Error("no written slab was kept for reuse")
 			}
 			if !j.sem.TryAcquire(tt.memory) {
