@@ -3,6 +3,7 @@ package materialize
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // writerPool is the job's writers: a fixed number of goroutines that run
@@ -16,8 +17,8 @@ import (
 //
 // submit, fail and failure are safe for concurrent use; start and stop are
 // called once each, by Open and Close. err is written once, under errOnce,
-// before the context is cancelled: read it (failure) only once the context
-// is done or after the goroutines that may fail were waited for.
+// before the context is cancelled, and read atomically: a task may fail
+// while another goroutine asks for the job's failure.
 type writerPool struct {
 	// set once, by newWriterPool and start
 	ctx    context.Context
@@ -27,7 +28,7 @@ type writerPool struct {
 	workers sync.WaitGroup
 	pending sync.WaitGroup // submitted tasks not done
 	errOnce sync.Once
-	err     error // first task error; set before ctx is cancelled
+	err     atomic.Pointer[error] // first task error; set before ctx is cancelled
 }
 
 // init gives the pool the job's context; no writer runs until start.
@@ -58,7 +59,7 @@ func (p *writerPool) worker() {
 // cancels the job.
 func (p *writerPool) fail(err error) {
 	p.errOnce.Do(func() {
-		p.err = err
+		p.err.Store(&err)
 		p.cancel()
 	})
 }
@@ -81,8 +82,8 @@ func (p *writerPool) wait() { p.pending.Wait() }
 
 // failure returns the job's first error, or its context's.
 func (p *writerPool) failure() error {
-	if p.err != nil {
-		return p.err
+	if err := p.err.Load(); err != nil {
+		return *err
 	}
 	return p.ctx.Err()
 }
