@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
-	"github.com/tarmount/tarmount/tests/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
 )
 
 // hostileAlloc bounds what an index pass may allocate in all over a

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // manyDirsArchive writes a .tar.gz with more directories than the tests

@@ -17,9 +17,9 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/hostile"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // fileSource reads a local archive.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
 )
 
 // savedIndex returns the path of the one index saved under cache.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // TestMountEveryCodec mounts the corpus tree compressed with every codec

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
 )
 
 // stallHandler holds every range request while stalled, until released or

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // TestNotifySocket runs a mount as systemd runs a Type=notify service: a

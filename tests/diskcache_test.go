@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
 )
 
 // TestRemountFromDiskCache mounts an archive over HTTP, reads every file,

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // runExtract runs `tarmount extract URL DIR args...` and returns its

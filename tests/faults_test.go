@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
 )
 
 // flakyRates are the faults of a flaky server: 5% of ranged GETs

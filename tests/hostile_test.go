@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
 )
 
 // hostileRSS bounds the peak resident memory of one command on a hostile

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // TestMountHTTPS mounts an archive from an HTTPS server that offers

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // lsEntry is what the test reads of a line of tarmount ls --json.

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
 )
 
 // ran is the outcome of one run of the binary.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
 )
 
 // peakRSS returns the peak resident set size of a process (VmHWM).

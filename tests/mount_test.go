@@ -22,9 +22,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // testMountName is the filesystem type of test mounts (fuse.tarmount-test),

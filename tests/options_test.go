@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
 )
 
 // TestOwnerAndAllowOther mounts with --uid, --gid and --allow-other: every

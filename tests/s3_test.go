@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/s3server"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // s3Env gives tarmount processes started by t the server's root

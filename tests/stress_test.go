@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/scripts/stress/load"
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
 )
 
 // logWriter turns progress lines into test log lines.

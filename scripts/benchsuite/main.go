@@ -35,7 +35,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
 )
 
 type config struct {

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 func requireTools(t *testing.T, names ...string) {

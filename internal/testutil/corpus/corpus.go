@@ -169,7 +169,7 @@ func (b *builder) xattr(rel, name string, value []byte) {
 
 func (b *builder) build() {
 	b.t.Helper()
-	b.file(PathReadme, []byte("This tree was made by tarmount's tests/corpus.\nIt has one of everything.\n"), 0o644)
+	b.file(PathReadme, []byte("This tree was made by tarmount's internal/testutil/corpus.\nIt has one of everything.\n"), 0o644)
 	b.file(PathEmpty, nil, 0o644)
 	b.mkdir("emptydir", 0o755)
 
