@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
@@ -98,7 +98,7 @@ func TestManyDirectories(t *testing.T) {
 	archive := filepath.Join(work, "many-dirs.tar.gz")
 	manyDirsArchive(t, archive)
 	ref := filepath.Join(work, "ref")
-	corpus.Extract(t, archive, ref)
+	tarbuild.Extract(t, archive, ref)
 	const limit, writers = 8, 4
 	for _, cold := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cold=%v", cold), func(t *testing.T) {

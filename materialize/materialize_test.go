@@ -19,6 +19,7 @@ import (
 	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
@@ -78,7 +79,7 @@ func TestRoundTrip(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("owners and devices need root")
 	}
-	specs := []corpus.Spec{
+	specs := []tarbuild.Spec{
 		{Tool: "gnutar", Format: "posix", Codec: "gzip"},
 		{Tool: "gnutar", Format: "gnu", Codec: "none"},
 		{Tool: "bsdtar", Format: "pax", Codec: "gzip-multi"},
@@ -107,9 +108,9 @@ func TestRoundTrip(t *testing.T) {
 					corpus.MakeTree(t, treeSrc, o)
 				}
 				archive := filepath.Join(dir, "a"+spec.Ext())
-				corpus.Archive(t, treeSrc, archive, spec)
+				tarbuild.Archive(t, treeSrc, archive, spec)
 				ref := filepath.Join(dir, "ref")
-				corpus.Extract(t, archive, ref)
+				tarbuild.Extract(t, archive, ref)
 				out := filepath.Join(dir, "out")
 				j, err := extract(t, archive, out, cold, Options{Writers: 4, Decoders: 3})
 				if err != nil {
@@ -145,7 +146,7 @@ func TestMalicious(t *testing.T) {
 				work := t.TempDir()
 				outside := hostile.MakeSentinel(t, work)
 				archive := filepath.Join(t.TempDir(), "evil.tar.gz")
-				if err := os.WriteFile(archive, hostile.Gzip(tc.Archive(outside)), 0o644); err != nil {
+				if err := os.WriteFile(archive, tarbuild.Gzip(tc.Archive(outside)), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				out := filepath.Join(work, "out")

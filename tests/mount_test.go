@@ -22,8 +22,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tarmount/tarmount/internal/testutil/shaped"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
@@ -225,7 +226,7 @@ type fixture struct {
 
 // newFixture makes a corpus tree with opts, archives it as spec under the
 // name file in a served directory, and serves that directory.
-func newFixture(t *testing.T, opts corpus.TreeOptions, spec corpus.Spec, file string) *fixture {
+func newFixture(t *testing.T, opts corpus.TreeOptions, spec tarbuild.Spec, file string) *fixture {
 	t.Helper()
 	f := &fixture{work: t.TempDir()}
 	f.src = filepath.Join(f.work, "src")
@@ -235,7 +236,7 @@ func newFixture(t *testing.T, opts corpus.TreeOptions, spec corpus.Spec, file st
 		t.Fatal(err)
 	}
 	f.archive = filepath.Join(served, file)
-	corpus.Archive(t, f.src, f.archive, spec)
+	tarbuild.Archive(t, f.src, f.archive, spec)
 	f.base, f.server = serve(t, served)
 	f.url = f.base + "/" + file
 	return f
@@ -247,17 +248,17 @@ func newFixture(t *testing.T, opts corpus.TreeOptions, spec corpus.Spec, file st
 func TestMountMatchesTarExtract(t *testing.T) {
 	needFUSE(t)
 	cases := []struct {
-		spec corpus.Spec
+		spec tarbuild.Spec
 		many int
 	}{
-		{corpus.Spec{Tool: "gnutar", Format: "gnu", Codec: "gzip"}, 0},
-		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, 0},
-		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "pigz"}, 12000},
-		{corpus.Spec{Tool: "gnutar", Format: "ustar", Codec: "gzip-multi"}, 0},
-		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip"}, 0},
-		{corpus.Spec{Tool: "bsdtar", Format: "ustar", Codec: "none"}, 0},
-		{corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip-multi"}, 0},
-		{corpus.Spec{Tool: "go", Format: "gnu", Codec: "pigz"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "gnu", Codec: "gzip"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "pigz"}, 12000},
+		{tarbuild.Spec{Tool: "gnutar", Format: "ustar", Codec: "gzip-multi"}, 0},
+		{tarbuild.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip"}, 0},
+		{tarbuild.Spec{Tool: "bsdtar", Format: "ustar", Codec: "none"}, 0},
+		{tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip-multi"}, 0},
+		{tarbuild.Spec{Tool: "go", Format: "gnu", Codec: "pigz"}, 0},
 	}
 	for _, tc := range cases {
 		name := tc.spec.String()
@@ -277,8 +278,8 @@ func TestMountMatchesTarExtract(t *testing.T) {
 			opts.Many = tc.many
 			corpus.MakeTree(t, src, opts)
 			archive := filepath.Join(served, "archive"+tc.spec.Ext())
-			corpus.Archive(t, src, archive, tc.spec)
-			corpus.Extract(t, archive, ref)
+			tarbuild.Archive(t, src, archive, tc.spec)
+			tarbuild.Extract(t, archive, ref)
 			base, _ := serve(t, served)
 			for _, url := range []string{archive, base + "/" + filepath.Base(archive)} {
 				m := mount(t, url, "--cache-dir", filepath.Join(work, "cache"))
@@ -295,7 +296,7 @@ func TestMountMatchesTarExtract(t *testing.T) {
 // that an index of another archive is refused.
 func TestRemountUsesSavedIndex(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	work, src, url, base, h := f.work, f.src, f.url, f.base, f.server
 	cache := filepath.Join(work, "cache")
 
@@ -331,7 +332,7 @@ func TestRemountUsesSavedIndex(t *testing.T) {
 
 	// The same index for another archive is refused.
 	other := filepath.Join(filepath.Dir(f.archive), "b.tar.gz")
-	corpus.Archive(t, src, other, corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
+	tarbuild.Archive(t, src, other, tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
 	mnt := t.TempDir()
 	out, err = exec.Command(binary, base+"/b.tar.gz", mnt, "--index", idx, "--mount-name", testMountName).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "another version") {
@@ -347,7 +348,7 @@ func TestRemountUsesSavedIndex(t *testing.T) {
 // read of the damaged span fails with EIO and never returns wrong bytes.
 func TestCorruptSpanGivesEIO(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	work, src, archive := f.work, f.src, f.archive
 	// The first mount builds and saves the index; its block cache still
 	// holds the archive as streamed, so damage is read by a second mount
@@ -421,7 +422,7 @@ func TestBadInputs(t *testing.T) {
 	src := filepath.Join(work, "src")
 	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
 	good := filepath.Join(work, "good.tar.gz")
-	corpus.Archive(t, src, good, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	tarbuild.Archive(t, src, good, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
 	data, _ := os.ReadFile(good)
 	write := func(name string, b []byte) string {
 		p := filepath.Join(work, name)
@@ -431,7 +432,7 @@ func TestBadInputs(t *testing.T) {
 		return p
 	}
 	plain := filepath.Join(work, "good.tar")
-	corpus.Archive(t, src, plain, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
+	tarbuild.Archive(t, src, plain, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
 	plainData, _ := os.ReadFile(plain)
 	mnt := t.TempDir()
 	cases := []struct {
@@ -490,7 +491,7 @@ func TestMountpointInUse(t *testing.T) {
 	src := filepath.Join(work, "src")
 	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
 	archive := filepath.Join(work, "a.tar")
-	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
+	tarbuild.Archive(t, src, archive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
 	m := mount(t, archive, "--cache-dir", filepath.Join(work, "cache"))
 	out, err := exec.Command(binary, archive, m.dir, "--mount-name", testMountName, "--cache-dir", filepath.Join(work, "cache")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "already mounted") {
@@ -517,7 +518,7 @@ func gzipped(t *testing.T, b []byte) []byte {
 // reads reach tarmount instead of the page cache, and compares every byte.
 func TestParallelReads(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	src := f.src
 	// A small span and cache so that spans are decoded, evicted and
 	// decoded again while other readers wait for them.
@@ -584,7 +585,7 @@ func alignedBuffer(n int) []byte {
 // so, and the tree matches tar -x.
 func TestNoRangeServer(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	data, err := os.ReadFile(f.archive)
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +598,7 @@ func TestNoRangeServer(t *testing.T) {
 	defer srv.Close()
 	ref := filepath.Join(f.work, "ref")
 	os.Mkdir(ref, 0o755)
-	corpus.Extract(t, f.archive, ref)
+	tarbuild.Extract(t, f.archive, ref)
 	m := mount(t, srv.URL+"/a.tar.gz", "--cache-dir", filepath.Join(f.work, "cache"))
 	if !strings.Contains(m.stderr.String(), "ignores range requests") {
 		t.Errorf("no message about the server ignoring ranges:\n%s", m.stderr)

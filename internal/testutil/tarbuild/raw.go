@@ -1,22 +1,22 @@
-// Package hostile builds archives that attack whoever reads them, for
-// tests: members whose names and links try to reach outside the directory
-// they are extracted into (PathCases), and archives that are truncated,
-// damaged, absurd or merely extreme (ArchiveCases). Each case says what a
-// safe reader does with it, so that the same table drives the package
-// tests (materialize, index) and the mount-level tests of the binary.
+// Package tarbuild is the one tar builder of tarmount's tests. It writes
 //
-// Archives are written header block by header block, so that a case can
-// hold what archive/tar refuses to write (negative sizes, bad checksums,
-// names with NULs). The package knows nothing of tarmount's packages.
-package hostile
+//   - members with Go's archive/tar in any format (Go, GoTree);
+//   - raw archives header block by header block (Tar, Header), so that a
+//     test can hold what archive/tar refuses to write: negative sizes, bad
+//     checksums, names with NULs, truncated or absurd headers;
+//   - archives of a directory tree made by GNU tar, bsdtar or Go, with any
+//     codec the project reads (Archive, Spec), and unpacks them with GNU
+//     tar (Extract);
+//   - compressed forms of bytes: gzip (one member or many), zstd frames,
+//     seekable zstd, lz4 (Gzip, GzipMembers, ZstdFrames, ZstdSeekable, LZ4).
+//
+// The package owns only the making of archives; it knows nothing of
+// tarmount's packages, so the tests of every package can use it.
+package tarbuild
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
-
-	"github.com/klauspost/compress/zstd"
-	"github.com/pierrec/lz4/v4"
 )
 
 // Type flags.
@@ -30,9 +30,11 @@ const (
 	TypeFIFO    byte = '6'
 )
 
-const blockSize = 512
+// BlockSize is the size of a tar block: headers and data are padded to it.
+const BlockSize = 512
 
-// Member is one member of a raw archive.
+// Member is one member of a raw archive written by Tar. Its header has
+// uid and gid 0, owner names "root" and mtime 1700000000 (see Header).
 type Member struct {
 	Name string
 	Type byte // TypeReg when 0
@@ -76,13 +78,14 @@ func TarPos(members ...Member) ([]byte, []Pos) {
 			continue
 		}
 		writeMember(&buf, m)
-		pos = append(pos, Pos{start, buf.Len() - padded(len(m.Body))})
+		pos = append(pos, Pos{start, buf.Len() - Padded(len(m.Body))})
 	}
-	buf.Write(make([]byte, 2*blockSize))
+	buf.Write(make([]byte, 2*BlockSize))
 	return buf.Bytes(), pos
 }
 
-func padded(n int) int { return (n + blockSize - 1) &^ (blockSize - 1) }
+// Padded rounds n up to a whole number of blocks.
+func Padded(n int) int { return (n + BlockSize - 1) &^ (BlockSize - 1) }
 
 func writeMember(buf *bytes.Buffer, m Member) {
 	typ := m.Type
@@ -106,19 +109,19 @@ func writeMember(buf *bytes.Buffer, m Member) {
 		}
 		buf.Write(Header(Member{Name: "PaxHeaders/x", Type: 'x'}, int64(d.Len())))
 		buf.Write(d.Bytes())
-		buf.Write(make([]byte, padded(d.Len())-d.Len()))
+		buf.Write(make([]byte, Padded(d.Len())-d.Len()))
 	}
 	mm := m
 	mm.Name, mm.Link, mm.Type = name, link, typ
 	size := int64(len(m.Body))
 	buf.Write(Header(mm, size))
 	buf.WriteString(m.Body)
-	buf.Write(make([]byte, padded(len(m.Body))-len(m.Body)))
+	buf.Write(make([]byte, Padded(len(m.Body))-len(m.Body)))
 }
 
 // Header returns the ustar header block of m with the given size field.
 func Header(m Member, size int64) []byte {
-	b := make([]byte, blockSize)
+	b := make([]byte, BlockSize)
 	mode := m.Mode
 	if mode == 0 {
 		mode = 0o644
@@ -183,43 +186,4 @@ func PAXRecord(kv string) string {
 		}
 		n = len(s)
 	}
-}
-
-// Gzip compresses b as one gzip member.
-func Gzip(b []byte) []byte {
-	var out bytes.Buffer
-	w := gzip.NewWriter(&out)
-	w.Write(b)
-	w.Close()
-	return out.Bytes()
-}
-
-// ZstdFrames compresses b as zstd frames of frame decoded bytes each, and
-// returns where each frame starts.
-func ZstdFrames(b []byte, frame int) ([]byte, []int) {
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		panic(err)
-	}
-	defer enc.Close()
-	var out []byte
-	var starts []int
-	for i := 0; i < len(b); i += frame {
-		starts = append(starts, len(out))
-		out = enc.EncodeAll(b[i:min(i+frame, len(b))], out)
-	}
-	return out, starts
-}
-
-// LZ4 compresses b as one lz4 frame of independent 64 KiB blocks with a
-// content checksum (and block checksums when blockSums).
-func LZ4(b []byte, blockSums bool) []byte {
-	var out bytes.Buffer
-	w := lz4.NewWriter(&out)
-	if err := w.Apply(lz4.BlockSizeOption(lz4.Block64Kb), lz4.BlockChecksumOption(blockSums), lz4.ChecksumOption(true)); err != nil {
-		panic(err)
-	}
-	w.Write(b)
-	w.Close()
-	return out.Bytes()
 }
