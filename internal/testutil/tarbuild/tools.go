@@ -174,7 +174,7 @@ func writeTar(srcDir, tarPath string, spec Spec) error {
 		if err != nil {
 			return err
 		}
-		if err := GoTar(out, srcDir, f); err != nil {
+		if err := GoTree(out, srcDir, f); err != nil {
 			out.Close()
 			return err
 		}
@@ -237,7 +237,7 @@ func compressGo(inPath, outPath string, fn func([]byte) []byte) error {
 	return os.WriteFile(outPath, fn(data), 0o644)
 }
 
-// GoTar writes srcDir to w as a tar stream in the given format with Go's
+// GoTree writes srcDir to w as a tar stream in the given format with Go's
 // archive/tar: entries in lexical order named "./", "./dir/", "./file";
 // the second and later names of an inode as TypeLink; symlinks, fifos and
 // devices; uid/gid without names; user.* xattrs as SCHILY.xattr PAX records
@@ -245,7 +245,7 @@ func compressGo(inPath, outPath string, fn func([]byte) []byte) error {
 // cannot hold, such as a long name in ustar). Sparse files are written with
 // their holes as data. Whole-second formats get truncated mtimes. It does
 // not close w.
-func GoTar(w io.Writer, srcDir string, format tar.Format) error {
+func GoTree(w io.Writer, srcDir string, format tar.Format) error {
 	tw := tar.NewWriter(w)
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]string{}
