@@ -19,6 +19,8 @@ import (
 	"github.com/ulikunitz/xz"
 
 	"github.com/tarmount/tarmount/fetch"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // codecCase is one way to compress a tar stream: in Go or with a CLI.
@@ -175,7 +177,7 @@ func concat(c func(t testing.TB, raw []byte) []byte) func(t testing.TB, raw []by
 // codecCases lists every codec and variant, made in Go and by the CLIs.
 func codecCases() []codecCase {
 	return []codecCase{
-		{"gzip", CodecGzip, true, func(t testing.TB, raw []byte) []byte { return gzipBytes(raw, 6) }},
+		{"gzip", CodecGzip, true, func(t testing.TB, raw []byte) []byte { return tarbuild.GzipLevel(raw, 6) }},
 		{"zstd-go-stream", CodecZstd, false, zstdStream},
 		{"zstd-go-frames", CodecZstd, true, zstdFrames(256 << 10)},
 		{"zstd-go-seekable", CodecZstd, true, zstdSeekable},

@@ -3,7 +3,6 @@ package index
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -21,11 +20,14 @@ import (
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/inflate"
 	"github.com/tarmount/tarmount/index/tarscan"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// member describes one tar member for tarBytes.
+// member describes one tar member for tarBytes: the fields the tests of
+// this package read back.
 type member struct {
 	name, link string
 	typ        byte
@@ -34,41 +36,16 @@ type member struct {
 	xattrs     map[string]string
 }
 
-// tarBytes writes members with Go's archive/tar in PAX format.
+// tarBytes writes members with tarbuild in PAX format, owned by
+// user:users (1000:100), with a sub-second mtime.
 func tarBytes(t testing.TB, members []member) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mtime := time.Unix(1700000000, 123456789)
-	for _, m := range members {
-		h := &tar.Header{Name: m.name, Linkname: m.link, Typeflag: m.typ, Mode: m.mode, ModTime: mtime,
-			Uid: 1000, Gid: 100, Uname: "user", Gname: "users", Format: tar.FormatPAX}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(m.data))
-		}
-		for k, v := range m.xattrs {
-			if h.PAXRecords == nil {
-				h.PAXRecords = map[string]string{}
-			}
-			h.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(m.data); err != nil {
-			t.Fatal(err)
-		}
+	entries := make([]tarbuild.Entry, len(members))
+	for i, m := range members {
+		entries[i] = tarbuild.Entry{Name: m.name, Link: m.link, Type: m.typ, Body: m.data, Mode: m.mode, Xattrs: m.xattrs,
+			Uid: 1000, Gid: 100, Uname: "user", Gname: "users", ModTime: time.Unix(1700000000, 123456789)}
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return tarbuild.Go(t, tar.FormatPAX, entries...)
 }
 
 // scaled returns n, or an eighth of it under the race detector.
@@ -77,14 +54,6 @@ func scaled(n int) int {
 		return max(n/8, 1)
 	}
 	return n
-}
-
-func gzipBytes(data []byte, level int) []byte {
-	var buf bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&buf, level)
-	w.Write(data)
-	w.Close()
-	return buf.Bytes()
 }
 
 // memSource serves an in-memory object and counts what it serves.
@@ -164,7 +133,7 @@ func TestBuildEntries(t *testing.T) {
 		obj  []byte
 	}{
 		{"tar", raw},
-		{"gzip", gzipBytes(raw, 6)},
+		{"gzip", tarbuild.GzipLevel(raw, 6)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := build(t, tc.obj, 1<<20)
@@ -253,14 +222,11 @@ func TestRandomAccess(t *testing.T) {
 	big := randomData(3, scaled(7<<20))
 	raw := tarBytes(t, []member{{name: "big", data: big}, {name: "small", data: []byte("tail")}})
 	// Multi-member: 1 MiB pieces compressed separately.
-	var multi bytes.Buffer
-	for i := 0; i < len(raw); i += 1 << 20 {
-		multi.Write(gzipBytes(raw[i:min(i+1<<20, len(raw))], 6))
-	}
+	multi := tarbuild.GzipMembers(raw, 1<<20, 6)
 	for _, tc := range []struct {
 		name string
 		obj  []byte
-	}{{"single", gzipBytes(raw, 6)}, {"multi", multi.Bytes()}, {"fast", gzipBytes(raw, 1)}} {
+	}{{"single", tarbuild.GzipLevel(raw, 6)}, {"multi", multi}, {"fast", tarbuild.GzipLevel(raw, 1)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := build(t, tc.obj, int64(scaled(512<<10)))
 			if len(ix.Checkpoints) < 5 {
@@ -305,7 +271,7 @@ func TestColdReadFetchesOneSpan(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		members = append(members, member{name: fmt.Sprintf("f%02d", i), data: randomData(uint64(i), 500<<10)})
 	}
-	obj := gzipBytes(tarBytes(t, members), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, members), 6)
 	ix := build(t, obj, 1<<20)
 	src := &memSource{data: obj}
 	r := NewReader(ix, src, ReaderOptions{})
@@ -329,7 +295,7 @@ func TestColdReadFetchesOneSpan(t *testing.T) {
 }
 
 func TestCorruptSpan(t *testing.T) {
-	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: randomData(5, 3<<20)}}), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, []member{{name: "f", data: randomData(5, 3<<20)}}), 6)
 	ix := build(t, obj, 512<<10)
 	id, _ := ix.LookupPath("f")
 	for _, flip := range []int64{int64(ix.Checkpoints[2].In) + 100, int64(ix.Checkpoints[3].In) + 5000} {
@@ -361,7 +327,7 @@ func TestCorruptSpan(t *testing.T) {
 
 func TestBuildErrors(t *testing.T) {
 	raw := tarBytes(t, sampleMembers())
-	gz := gzipBytes(raw, 6)
+	gz := tarbuild.GzipLevel(raw, 6)
 	for _, tc := range []struct {
 		name string
 		obj  []byte
@@ -372,7 +338,7 @@ func TestBuildErrors(t *testing.T) {
 		{"zstd cut short", []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, ErrCorrupt},
 		{"zip", []byte("PK\x03\x04 and more"), ErrUnsupported},
 		{"bzip2 header only", []byte("BZh9 not really"), ErrUnsupported},
-		{"gzip of text", gzipBytes(bytes.Repeat([]byte("not a tar "), 100), 6), ErrUnsupported},
+		{"gzip of text", tarbuild.GzipLevel(bytes.Repeat([]byte("not a tar "), 100), 6), ErrUnsupported},
 		{"truncated gzip", gz[:len(gz)/2], nil},
 		{"truncated tar", raw[:len(raw)/2+100], nil},
 	} {
@@ -393,7 +359,7 @@ func TestBuildErrors(t *testing.T) {
 // an empty tree, plain as well as compressed.
 func TestEmptyArchive(t *testing.T) {
 	raw := tarBytes(t, nil)
-	for name, obj := range map[string][]byte{"tar": raw, "gnu tar": make([]byte, 10240), "gzip": gzipBytes(raw, 6)} {
+	for name, obj := range map[string][]byte{"tar": raw, "gnu tar": make([]byte, 10240), "gzip": tarbuild.GzipLevel(raw, 6)} {
 		t.Run(name, func(t *testing.T) {
 			ix := build(t, obj, 0)
 			if ix.Len() != 1 || len(ix.Children(RootID)) != 0 {
@@ -404,7 +370,7 @@ func TestEmptyArchive(t *testing.T) {
 }
 
 func TestFormatRoundTrip(t *testing.T) {
-	obj := gzipBytes(tarBytes(t, sampleMembers()), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, sampleMembers()), 6)
 	ix := build(t, obj, 1<<20)
 	ix.Source.LastModified = time.Unix(1700000000, 0)
 	data, err := ix.Marshal()
@@ -584,7 +550,7 @@ func headerFor(name string, flag byte, mode, mtime int64, xattrs map[string]stri
 func readaheadArchive(t *testing.T, spans int) (data, obj []byte, ix *Index, id EntryID, base int64) {
 	t.Helper()
 	data = randomData(12, 3<<20)
-	obj = gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
+	obj = tarbuild.GzipLevel(tarBytes(t, []member{{name: "f", data: data}}), 6)
 	ix = build(t, obj, 128<<10)
 	if len(ix.Checkpoints) < spans {
 		t.Fatalf("got %d checkpoints, want at least %d", len(ix.Checkpoints), spans)
@@ -660,7 +626,7 @@ func TestReadahead(t *testing.T) {
 	}
 
 	// A small file inside one span does not read ahead.
-	small := gzipBytes(tarBytes(t, []member{{name: "s", data: randomData(13, 5000)}, {name: "big", data: data}}), 6)
+	small := tarbuild.GzipLevel(tarBytes(t, []member{{name: "s", data: randomData(13, 5000)}, {name: "big", data: data}}), 6)
 	six := build(t, small, 128<<10)
 	sr := NewReader(six, &memSource{data: small}, ReaderOptions{Readahead: 2})
 	defer sr.Close()
@@ -763,7 +729,7 @@ func TestBuildOnMember(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		obj  []byte
-	}{{"tar", raw}, {"gzip", gzipBytes(raw, 6)}} {
+	}{{"tar", raw}, {"gzip", tarbuild.GzipLevel(raw, 6)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var names []string
 			got := map[string][]byte{}
@@ -836,7 +802,7 @@ func TestReaderStats(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		members = append(members, member{name: fmt.Sprintf("f%02d", i), data: randomData(uint64(i), 300<<10)})
 	}
-	obj := gzipBytes(tarBytes(t, members), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, members), 6)
 	ix := build(t, obj, 1<<20)
 	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
 	defer r.Close()
@@ -858,7 +824,7 @@ func TestReaderStats(t *testing.T) {
 // buffer of an earlier one shares its memory and still gives the bytes
 // of a fresh decode.
 func TestDecodeSpanIntoReuses(t *testing.T) {
-	obj := gzipBytes(tarBytes(t, sampleMembers()), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, sampleMembers()), 6)
 	ix := build(t, obj, 4096)
 	if len(ix.Checkpoints) < 3 {
 		t.Fatalf("got %d checkpoints, want at least 3", len(ix.Checkpoints))

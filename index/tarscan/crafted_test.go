@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // H is the expected header of a member with mode 0644 (the builder's
@@ -56,8 +58,8 @@ func gnuSparseHeader(name string, realsize int64, chunks []SparseChunk) []byte {
 	}
 	putEntries := func(b []byte, cs []SparseChunk) {
 		for i, c := range cs {
-			putNum(b[i*24:i*24+12], c.Offset)
-			putNum(b[i*24+12:i*24+24], c.Length)
+			tarbuild.PutNumber(b[i*24:i*24+12], c.Offset)
+			tarbuild.PutNumber(b[i*24+12:i*24+24], c.Length)
 		}
 	}
 	first := chunks[:min(4, len(chunks))]
@@ -68,7 +70,7 @@ func gnuSparseHeader(name string, realsize int64, chunks []SparseChunk) []byte {
 		if len(rest) > 0 {
 			b[482] = 1
 		}
-		putNum(b[483:495], realsize)
+		tarbuild.PutNumber(b[483:495], realsize)
 	}}.block())
 	for len(rest) > 0 {
 		blk := make([]byte, blockSize)
@@ -138,10 +140,10 @@ func craftedCases() []craftedCase {
 	{
 		a := &arch{}
 		a.Write(hb{name: "b256", typeflag: '0', format: formatGNU, tweak: func(b []byte) {
-			putBase256(b[124:136], 5)
-			putBase256(b[108:116], 1<<40)
-			putBase256(b[136:148], -1234)
-			putBase256(b[100:108], 0o640)
+			tarbuild.PutBase256(b[124:136], 5)
+			tarbuild.PutBase256(b[108:116], 1<<40)
+			tarbuild.PutBase256(b[136:148], -1234)
+			tarbuild.PutBase256(b[100:108], 0o640)
 		}}.block())
 		a.data(hello)
 		add(craftedCase{name: "base-256", data: a.end(), want: []Header{
@@ -155,8 +157,8 @@ func craftedCases() []craftedCase {
 	}{
 		{"size base-256 overflow", func(b []byte) { copy(b[124:136], "\x81\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00") }, "size"},
 		{"size base-256 63 bits", func(b []byte) { copy(b[124:136], "\x80\x00\x00\x00\x80\x00\x00\x00\x00\x00\x00\x00") }, "size"},
-		{"negative size", func(b []byte) { putBase256(b[124:136], -512) }, "negative size"},
-		{"negative uid", func(b []byte) { putBase256(b[108:116], -1) }, "negative uid"},
+		{"negative size", func(b []byte) { tarbuild.PutBase256(b[124:136], -512) }, "negative size"},
+		{"negative uid", func(b []byte) { tarbuild.PutBase256(b[108:116], -1) }, "negative uid"},
 		{"octal garbage", func(b []byte) { copy(b[124:136], "0000012x4\x00\x00\x00") }, "size"},
 		{"octal digits after space", func(b []byte) { copy(b[100:108], "644 644\x00") }, "mode"},
 		{"eight in octal", func(b []byte) { copy(b[136:148], "00000000008\x00") }, "mtime"},
@@ -353,19 +355,19 @@ func craftedCases() []craftedCase {
 		{"length not a number", "x path=abc\n", "bad length"},
 		{"huge length", "999999999999999999 path=abc\n", "out of range"},
 		{"no space", "12path=abc\n", "bad length"},
-		{"no equals sign", paxRecord("pathabc"), "no key=value"},
-		{"empty key", paxRecord("=abc"), "no key=value"},
-		{"non-UTF-8 key", paxRecord("pa\xffth=abc"), "UTF-8"},
-		{"NUL in key", paxRecord("pa\x00th=abc"), "UTF-8"},
-		{"bad mtime", paxRecord("mtime=12a"), "mtime"},
-		{"bad mtime fraction", paxRecord("mtime=12.3e4"), "mtime"},
-		{"only a minus", paxRecord("mtime=-"), "mtime"},
-		{"negative size", paxRecord("size=-1"), "size"},
-		{"size overflow", paxRecord("size=99999999999999999999"), "size"},
-		{"bad uid", paxRecord("uid=1x"), "uid"},
-		{"bad base64 xattr", paxRecord("LIBARCHIVE.xattr.user.a=!!!"), "base64"},
-		{"bad url xattr name", paxRecord("LIBARCHIVE.xattr.user%zz=aGk"), "escape"},
-		{"empty xattr name", paxRecord("SCHILY.xattr.=v"), "xattr name"},
+		{"no equals sign", tarbuild.PAXRecord("pathabc"), "no key=value"},
+		{"empty key", tarbuild.PAXRecord("=abc"), "no key=value"},
+		{"non-UTF-8 key", tarbuild.PAXRecord("pa\xffth=abc"), "UTF-8"},
+		{"NUL in key", tarbuild.PAXRecord("pa\x00th=abc"), "UTF-8"},
+		{"bad mtime", tarbuild.PAXRecord("mtime=12a"), "mtime"},
+		{"bad mtime fraction", tarbuild.PAXRecord("mtime=12.3e4"), "mtime"},
+		{"only a minus", tarbuild.PAXRecord("mtime=-"), "mtime"},
+		{"negative size", tarbuild.PAXRecord("size=-1"), "size"},
+		{"size overflow", tarbuild.PAXRecord("size=99999999999999999999"), "size"},
+		{"bad uid", tarbuild.PAXRecord("uid=1x"), "uid"},
+		{"bad base64 xattr", tarbuild.PAXRecord("LIBARCHIVE.xattr.user.a=!!!"), "base64"},
+		{"bad url xattr name", tarbuild.PAXRecord("LIBARCHIVE.xattr.user%zz=aGk"), "escape"},
+		{"empty xattr name", tarbuild.PAXRecord("SCHILY.xattr.=v"), "xattr name"},
 	} {
 		a := &arch{}
 		a.file(hb{name: "ok", typeflag: '0', format: formatUSTAR}, nil)
@@ -376,19 +378,19 @@ func craftedCases() []craftedCase {
 	}
 	{
 		a := &arch{}
-		a.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(paxRecord("path=nul-padded")+"\x00\x00\x00"))
+		a.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(tarbuild.PAXRecord("path=nul-padded")+"\x00\x00\x00"))
 		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
 		add(craftedCase{name: "pax NUL padding", data: a.end(), want: []Header{H("nul-padded", TypeReg, 0)}})
 	}
 	{
-		big := paxRecord("comment=" + strings.Repeat("c", 2000))
+		big := tarbuild.PAXRecord("comment=" + strings.Repeat("c", 2000))
 		a := &arch{}
 		a.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(big))
 		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
 		add(craftedCase{name: "pax header over the limit", data: a.end(), lim: Limits{MaxPAXSize: 1024},
 			err: "ErrCorrupt", errHas: "exceed the limit"})
 		b := &arch{}
-		half := paxRecord("comment=" + strings.Repeat("c", 700))
+		half := tarbuild.PAXRecord("comment=" + strings.Repeat("c", 700))
 		b.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(half))
 		b.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(half))
 		b.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})

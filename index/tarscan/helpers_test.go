@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // scanAll scans data to the end and returns the members and the final
@@ -291,32 +293,14 @@ type hb struct {
 	tweak              func(b []byte) // runs before the checksum
 }
 
-// putNum writes v into a numeric field: octal when it fits, else base-256.
-func putNum(f []byte, v int64) {
-	if s := fmt.Sprintf("%0*o", len(f)-1, v); v >= 0 && len(s) == len(f)-1 {
-		copy(f, s)
-		f[len(f)-1] = 0
-		return
-	}
-	putBase256(f, v)
-}
-
-func putBase256(f []byte, v int64) {
-	for i := len(f) - 1; i >= 0; i-- {
-		f[i] = byte(v)
-		v >>= 8
-	}
-	f[0] |= 0x80
-}
-
 func (h hb) block() []byte {
 	b := make([]byte, blockSize)
 	copy(b[0:100], h.name)
-	putNum(b[100:108], h.mode)
-	putNum(b[108:116], h.uid)
-	putNum(b[116:124], h.gid)
-	putNum(b[124:136], h.size)
-	putNum(b[136:148], h.mtime)
+	tarbuild.PutNumber(b[100:108], h.mode)
+	tarbuild.PutNumber(b[108:116], h.uid)
+	tarbuild.PutNumber(b[116:124], h.gid)
+	tarbuild.PutNumber(b[124:136], h.size)
+	tarbuild.PutNumber(b[136:148], h.mtime)
 	b[156] = h.typeflag
 	copy(b[157:257], h.linkname)
 	switch h.format {
@@ -328,8 +312,8 @@ func (h hb) block() []byte {
 	if h.format != formatV7 {
 		copy(b[265:297], h.uname)
 		copy(b[297:329], h.gname)
-		putNum(b[329:337], h.devmajor)
-		putNum(b[337:345], h.devminor)
+		tarbuild.PutNumber(b[329:337], h.devmajor)
+		tarbuild.PutNumber(b[337:345], h.devminor)
 	}
 	switch h.format {
 	case formatUSTAR:
@@ -337,18 +321,18 @@ func (h hb) block() []byte {
 	case formatStar:
 		copy(b[345:476], h.prefix)
 		if h.atime != 0 {
-			putNum(b[476:488], h.atime)
+			tarbuild.PutNumber(b[476:488], h.atime)
 		}
 		if h.ctime != 0 {
-			putNum(b[488:500], h.ctime)
+			tarbuild.PutNumber(b[488:500], h.ctime)
 		}
 		copy(b[508:], "tar\x00")
 	case formatGNU:
 		if h.atime != 0 {
-			putNum(b[345:357], h.atime)
+			tarbuild.PutNumber(b[345:357], h.atime)
 		}
 		if h.ctime != 0 {
-			putNum(b[357:369], h.ctime)
+			tarbuild.PutNumber(b[357:369], h.ctime)
 		}
 	}
 	if h.tweak != nil {
@@ -401,21 +385,9 @@ func (a *arch) data(d []byte) *arch {
 func (a *arch) pax(tf byte, recs ...string) *arch {
 	var d bytes.Buffer
 	for _, r := range recs {
-		d.WriteString(paxRecord(r))
+		d.WriteString(tarbuild.PAXRecord(r))
 	}
 	return a.file(hb{name: "PaxHeaders/x", typeflag: tf, format: formatUSTAR}, d.Bytes())
-}
-
-// paxRecord formats "key=value" as a pax record with its length.
-func paxRecord(kv string) string {
-	n := len(kv) + 2 // space and newline
-	for {
-		s := fmt.Sprintf("%d %s\n", n, kv)
-		if len(s) == n {
-			return s
-		}
-		n = len(s)
-	}
 }
 
 func (a *arch) end() []byte {

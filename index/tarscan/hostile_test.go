@@ -2,13 +2,14 @@ package tarscan
 
 import (
 	"bytes"
-	"compress/gzip"
 	"math/rand/v2"
 	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // smallArchive builds an archive with one of each kind of header, and
@@ -116,10 +117,7 @@ func TestNotTar(t *testing.T) {
 		return b
 	}
 	tarData, _ := smallArchive()
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(tarData)
-	zw.Close()
+	gz := tarbuild.Gzip(tarData)
 	tests := []struct {
 		name string
 		data []byte
@@ -129,7 +127,7 @@ func TestNotTar(t *testing.T) {
 		{"random 300", random(300)},
 		{"random 512", random(512)},
 		{"random 100k", random(100_000)},
-		{"gzip", gz.Bytes()},
+		{"gzip", gz},
 		{"zstd magic", append([]byte{0x28, 0xb5, 0x2f, 0xfd}, random(2000)...)},
 		{"text", []byte(strings.Repeat("this is not a tar archive\n", 100))},
 		{"ones", bytes.Repeat([]byte{0xff}, 2048)},
@@ -179,7 +177,7 @@ func TestRandomMutations(t *testing.T) {
 				blk := rng.IntN(len(d)/blockSize+1) * blockSize
 				off := blk + []int{100, 108, 116, 124, 136, 345, 357, 386, 398, 483}[rng.IntN(10)]
 				if off+12 <= len(d) {
-					putBase256(d[off:off+12], rng.Int64()>>rng.IntN(64))
+					tarbuild.PutBase256(d[off:off+12], rng.Int64()>>rng.IntN(64))
 					if blk+blockSize <= len(d) {
 						setChecksum(d[blk:blk+blockSize], false)
 					}

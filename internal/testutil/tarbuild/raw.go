@@ -34,7 +34,7 @@ const (
 const BlockSize = 512
 
 // Member is one member of a raw archive written by Tar. Its header has
-// uid and gid 0, owner names "root" and mtime 1700000000 (see Header).
+// owner names "root" and mtime 1700000000 (see Header).
 type Member struct {
 	Name string
 	Type byte // TypeReg when 0
@@ -43,6 +43,8 @@ type Member struct {
 	// Mode is the permission bits; 0 means 0644, or 0755 for a
 	// directory.
 	Mode               int64
+	Uid, Gid           int64
+	Mtime              int64 // 0 means 1700000000
 	Devmajor, Devminor int64
 	// PAX records ("key=value") go in an extended header before the
 	// member; a name or link that does not fit the header adds its own.
@@ -69,6 +71,20 @@ func Tar(members ...Member) []byte {
 // TarPos is Tar that also says where each member lies.
 func TarPos(members ...Member) ([]byte, []Pos) {
 	var buf bytes.Buffer
+	pos := writeMembers(&buf, members)
+	buf.Write(make([]byte, 2*BlockSize))
+	return buf.Bytes(), pos
+}
+
+// Members writes members as Tar does, without the end-of-archive marker:
+// crafted members to put amid others (see Entry.Raw).
+func Members(members ...Member) []byte {
+	var buf bytes.Buffer
+	writeMembers(&buf, members)
+	return buf.Bytes()
+}
+
+func writeMembers(buf *bytes.Buffer, members []Member) []Pos {
 	var pos []Pos
 	for _, m := range members {
 		start := buf.Len()
@@ -77,11 +93,10 @@ func TarPos(members ...Member) ([]byte, []Pos) {
 			pos = append(pos, Pos{start, buf.Len()})
 			continue
 		}
-		writeMember(&buf, m)
+		writeMember(buf, m)
 		pos = append(pos, Pos{start, buf.Len() - Padded(len(m.Body))})
 	}
-	buf.Write(make([]byte, 2*BlockSize))
-	return buf.Bytes(), pos
+	return pos
 }
 
 // Padded rounds n up to a whole number of blocks.
@@ -131,10 +146,14 @@ func Header(m Member, size int64) []byte {
 	}
 	copy(b[0:100], m.Name)
 	PutNumber(b[100:108], mode)
-	PutNumber(b[108:116], 0)
-	PutNumber(b[116:124], 0)
+	PutNumber(b[108:116], m.Uid)
+	PutNumber(b[116:124], m.Gid)
 	PutNumber(b[124:136], size)
-	PutNumber(b[136:148], 1700000000)
+	mtime := m.Mtime
+	if mtime == 0 {
+		mtime = 1700000000
+	}
+	PutNumber(b[136:148], mtime)
 	b[156] = m.Type
 	copy(b[157:257], m.Link)
 	copy(b[257:265], "ustar\x0000")
@@ -159,6 +178,12 @@ func PutNumber(f []byte, v int64) {
 		copy(f, s+"\x00")
 		return
 	}
+	PutBase256(f, v)
+}
+
+// PutBase256 writes v into a numeric header field in GNU base-256, even
+// when octal would do.
+func PutBase256(f []byte, v int64) {
 	for i := len(f) - 1; i >= 0; i-- {
 		f[i] = byte(v)
 		v >>= 8
