@@ -97,7 +97,7 @@ func BenchmarkBzip2Span(b *testing.B) {
 	start, end := ix.SpanBounds(i)
 	b.SetBytes(int64(end - start))
 	b.ReportAllocs()
-	r := NewReader(ix, &memSource{data: comp}, ReaderOptions{})
+	r := NewReader(ix, newMemSource(comp), ReaderOptions{})
 	defer r.Close()
 	for b.Loop() {
 		if _, err := r.DecodeSpan(context.Background(), i); err != nil {

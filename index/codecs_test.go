@@ -303,7 +303,7 @@ func TestCodecs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := NewReader(loaded, &memSource{data: obj}, ReaderOptions{Local: la})
+			r := NewReader(loaded, newMemSource(obj), ReaderOptions{Local: la})
 			defer r.Close()
 			for _, m := range members {
 				id, ok := ix.LookupPath(m.name)
@@ -344,7 +344,7 @@ func TestCodecRandomAccess(t *testing.T) {
 				t.Fatal("stream-only")
 			}
 			t.Logf("%d checkpoints", len(ix.Checkpoints))
-			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{CacheBytes: 2 * span})
+			r := NewReader(ix, newMemSource(obj), ReaderOptions{CacheBytes: 2 * span})
 			defer r.Close()
 			checkRandomReads(t, r, ix, "big", want)
 		})
@@ -372,7 +372,7 @@ func TestConcurrentReadsReuseSpans(t *testing.T) {
 			if ix.StreamOnly() || len(ix.Checkpoints) < 8 {
 				t.Skipf("%d checkpoints: too few spans to evict", len(ix.Checkpoints))
 			}
-			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{CacheBytes: 2 * span, Readahead: -1})
+			r := NewReader(ix, newMemSource(obj), ReaderOptions{CacheBytes: 2 * span, Readahead: -1})
 			defer r.Close()
 			id, _ := ix.LookupPath("big")
 			var wg sync.WaitGroup
@@ -458,7 +458,7 @@ func TestCodecCorruption(t *testing.T) {
 				// wrong bytes.
 				good := build(t, obj, 256<<10)
 				for _, x := range []*Index{ix, good} {
-					r := NewReader(x, &memSource{data: bad}, ReaderOptions{Local: local})
+					r := NewReader(x, newMemSource(bad), ReaderOptions{Local: local})
 					id, ok := x.LookupPath("f")
 					if !ok {
 						r.Close()

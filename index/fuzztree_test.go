@@ -418,7 +418,7 @@ func fuzzIndex(t testing.TB, obj []byte, embedded bool, span int64) (*Index, *me
 	var ix *Index
 	var err error
 	if embedded {
-		ix, err = LoadEmbedded(context.Background(), &memSource{data: obj}, id)
+		ix, err = LoadEmbedded(context.Background(), newMemSource(obj), id)
 	} else {
 		ix, err = Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: span, Local: local})
 	}

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +21,8 @@ import (
 	"github.com/tarmount/tarmount/index/tarscan"
 
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+
+	"github.com/tarmount/tarmount/internal/testutil/memsrc"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -57,23 +58,10 @@ func scaled(n int) int {
 }
 
 // memSource serves an in-memory object and counts what it serves.
-type memSource struct {
-	data     []byte
-	requests atomic.Int64
-	bytes    atomic.Int64
-}
+type memSource = memsrc.Source[fetch.Identity]
 
-func (m *memSource) ReadAt(_ context.Context, p []byte, off int64) (int, error) {
-	m.requests.Add(1)
-	if off >= int64(len(m.data)) {
-		return 0, io.EOF
-	}
-	n := copy(p, m.data[off:])
-	m.bytes.Add(int64(n))
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
+func newMemSource(data []byte) *memSource {
+	return memsrc.New(data, fetch.Identity{Size: int64(len(data))})
 }
 
 func build(t testing.TB, obj []byte, span int64) *Index {
@@ -137,7 +125,7 @@ func TestBuildEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := build(t, tc.obj, 1<<20)
-			src := &memSource{data: tc.obj}
+			src := newMemSource(tc.obj)
 			r := NewReader(ix, src, ReaderOptions{})
 			defer r.Close()
 			files := map[string]string{
@@ -232,7 +220,7 @@ func TestRandomAccess(t *testing.T) {
 			if len(ix.Checkpoints) < 5 {
 				t.Fatalf("got %d checkpoints, want at least 5", len(ix.Checkpoints))
 			}
-			r := NewReader(ix, &memSource{data: tc.obj}, ReaderOptions{CacheBytes: 1 << 20})
+			r := NewReader(ix, newMemSource(tc.obj), ReaderOptions{CacheBytes: 1 << 20})
 			defer r.Close()
 			id, _ := ix.LookupPath("big")
 			base := int64(ix.Entry(id).DataOffset)
@@ -273,7 +261,7 @@ func TestColdReadFetchesOneSpan(t *testing.T) {
 	}
 	obj := tarbuild.GzipLevel(tarBytes(t, members), 6)
 	ix := build(t, obj, 1<<20)
-	src := &memSource{data: obj}
+	src := newMemSource(obj)
 	r := NewReader(ix, src, ReaderOptions{})
 	defer r.Close()
 	id, _ := ix.LookupPath("f27")
@@ -289,8 +277,8 @@ func TestColdReadFetchesOneSpan(t *testing.T) {
 		}
 		maxSpan = max(maxSpan, end-int64(ix.Checkpoints[i].In))
 	}
-	if src.requests.Load() != 1 || src.bytes.Load() > maxSpan {
-		t.Errorf("got %d requests and %d bytes, want 1 request of at most %d bytes", src.requests.Load(), src.bytes.Load(), maxSpan)
+	if src.Requests() != 1 || src.Bytes() > maxSpan {
+		t.Errorf("got %d requests and %d bytes, want 1 request of at most %d bytes", src.Requests(), src.Bytes(), maxSpan)
 	}
 }
 
@@ -301,7 +289,7 @@ func TestCorruptSpan(t *testing.T) {
 	for _, flip := range []int64{int64(ix.Checkpoints[2].In) + 100, int64(ix.Checkpoints[3].In) + 5000} {
 		bad := bytes.Clone(obj)
 		bad[flip] ^= 0x55
-		r := NewReader(ix, &memSource{data: bad}, ReaderOptions{})
+		r := NewReader(ix, newMemSource(bad), ReaderOptions{})
 		var sawErr bool
 		for off := int64(0); off < ix.Entry(id).Size; off += 256 << 10 {
 			buf := make([]byte, 256<<10)
@@ -389,7 +377,7 @@ func TestFormatRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n got %+v\nwant %+v", got, ix)
 	}
 	// Reads through the loaded index work.
-	r := NewReader(got, &memSource{data: obj}, ReaderOptions{})
+	r := NewReader(got, newMemSource(obj), ReaderOptions{})
 	defer r.Close()
 	id, _ := got.LookupPath("dir/big.bin")
 	if !bytes.Equal(readAll(t, r, id), sampleMembers()[2].data) {
@@ -593,7 +581,7 @@ func TestReadahead(t *testing.T) {
 
 	// The window grows while reads stay sequential: 0, 1, 2, 4 spans
 	// (slots to spare, whatever the number of cores).
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 4})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: 4})
 	r.slots = make(chan struct{}, 16)
 	defer r.Close()
 	for _, step := range []struct {
@@ -615,7 +603,7 @@ func TestReadahead(t *testing.T) {
 
 	// A read at the start of a file reads ahead at once, the whole
 	// window.
-	fresh := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 6})
+	fresh := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: 6})
 	fresh.slots = make(chan struct{}, 16)
 	defer fresh.Close()
 	if _, err := fresh.ReadAt(context.Background(), id, make([]byte, 100), 0); err != nil {
@@ -628,7 +616,7 @@ func TestReadahead(t *testing.T) {
 	// A small file inside one span does not read ahead.
 	small := tarbuild.GzipLevel(tarBytes(t, []member{{name: "s", data: randomData(13, 5000)}, {name: "big", data: data}}), 6)
 	six := build(t, small, 128<<10)
-	sr := NewReader(six, &memSource{data: small}, ReaderOptions{Readahead: 2})
+	sr := NewReader(six, newMemSource(small), ReaderOptions{Readahead: 2})
 	defer sr.Close()
 	sid, _ := six.LookupPath("s")
 	if _, err := sr.ReadAt(context.Background(), sid, make([]byte, 4096), 0); err != nil {
@@ -640,7 +628,7 @@ func TestReadahead(t *testing.T) {
 	}
 	sr.mu.Unlock()
 
-	off := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
+	off := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: -1})
 	defer off.Close()
 	read(off, 5)
 	read(off, 6)
@@ -665,7 +653,7 @@ func (g *gatedSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 			return 0, ctx.Err()
 		}
 	}
-	return (&memSource{data: g.data}).ReadAt(ctx, p, off)
+	return (newMemSource(g.data)).ReadAt(ctx, p, off)
 }
 
 // TestReadaheadLeavesASlot checks that readahead never takes the last free
@@ -804,7 +792,7 @@ func TestReaderStats(t *testing.T) {
 	}
 	obj := tarbuild.GzipLevel(tarBytes(t, members), 6)
 	ix := build(t, obj, 1<<20)
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: -1})
 	defer r.Close()
 	id, _ := ix.LookupPath("f05")
 	buf := make([]byte, 100)
@@ -829,7 +817,7 @@ func TestDecodeSpanIntoReuses(t *testing.T) {
 	if len(ix.Checkpoints) < 3 {
 		t.Fatalf("got %d checkpoints, want at least 3", len(ix.Checkpoints))
 	}
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{})
 	defer r.Close()
 	ctx := context.Background()
 	buf, err := r.DecodeSpan(ctx, 0)

@@ -92,7 +92,7 @@ func (l *lockedFile) ReadAt(p []byte, off int64) (int, error) {
 // Live; with local, the pass writes a decoded copy that the Live reads.
 func startPass(t *testing.T, obj []byte, limit int, span int64, local bool) *pass {
 	t.Helper()
-	p := &pass{gate: newGatedReader(obj, limit), src: &memSource{data: obj}, done: make(chan struct{})}
+	p := &pass{gate: newGatedReader(obj, limit), src: newMemSource(obj), done: make(chan struct{})}
 	opts := BuildOptions{Span: span}
 	var ropts ReaderOptions
 	if local {
@@ -309,7 +309,7 @@ func TestLiveIDsAcrossServe(t *testing.T) {
 		{name: "c", link: "b", typ: tar.TypeLink},
 	})
 	obj := tarbuild.GzipLevel(raw, 6)
-	live := NewLive(&memSource{data: obj}, ReaderOptions{})
+	live := NewLive(newMemSource(obj), ReaderOptions{})
 	defer live.Close()
 	var old EntryID
 	ix, err := Build(context.Background(), bytes.NewReader(obj), fetch.Identity{Size: int64(len(obj))}, BuildOptions{
@@ -332,7 +332,7 @@ func TestLiveIDsAcrossServe(t *testing.T) {
 	for _, d := range live.Children(RootID) {
 		before[d.Name] = d.ID
 	}
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{})
 	defer r.Close()
 	live.Serve(r)
 	if !live.Complete() {
