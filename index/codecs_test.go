@@ -13,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	seekable "github.com/SaveTheRbtz/zstd-seekable-format-go/pkg"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	"github.com/ulikunitz/xz"
@@ -59,16 +58,8 @@ func cli(name string, args ...string) func(t testing.TB, raw []byte) []byte {
 	}
 }
 
-func zstdStream(t testing.TB, raw []byte) []byte {
-	var buf bytes.Buffer
-	w, err := zstd.NewWriter(&buf, zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(raw)
-	w.Close()
-	return buf.Bytes()
-}
+// zstdStream is tarbuild.ZstdStream for the codec tables.
+func zstdStream(_ testing.TB, raw []byte) []byte { return tarbuild.ZstdStream(raw) }
 
 // zstdFrames compresses each piece bytes of raw as its own frame, with a
 // skippable frame between some of them.
@@ -89,26 +80,8 @@ func zstdFrames(piece int) func(t testing.TB, raw []byte) []byte {
 	}
 }
 
-func zstdSeekable(t testing.TB, raw []byte) []byte {
-	var buf bytes.Buffer
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := seekable.NewWriter(&buf, enc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < len(raw); i += 300 << 10 {
-		if _, err := w.Write(raw[i:min(i+300<<10, len(raw))]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
+// zstdSeekable is the seekable format with a frame per 300 KiB.
+func zstdSeekable(_ testing.TB, raw []byte) []byte { return tarbuild.ZstdSeekable(raw, 300<<10) }
 
 func lz4Go(opts ...lz4.Option) func(t testing.TB, raw []byte) []byte {
 	return func(t testing.TB, raw []byte) []byte {

@@ -5,7 +5,6 @@ package tests
 
 import (
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -441,7 +440,7 @@ func TestBadInputs(t *testing.T) {
 		{"truncated gzip", write("trunc.tar.gz", data[:len(data)/2]), mnt, "truncated"},
 		{"truncated tar", write("trunc.tar", plainData[:len(plainData)/2+700]), mnt, "truncated"},
 		{"text", write("notes.txt", []byte("hello, this is not an archive\n")), mnt, "not a tar archive"},
-		{"gzip of text", write("text.gz", gzipped(t, bytes.Repeat([]byte("text "), 1000))), mnt, "does not hold a tar archive"},
+		{"gzip of text", write("text.gz", tarbuild.Gzip(bytes.Repeat([]byte("text "), 1000))), mnt, "does not hold a tar archive"},
 		{"empty", write("empty", nil), mnt, "empty"},
 		{"missing file", filepath.Join(work, "nope.tar.gz"), mnt, "not found"},
 		{"bad scheme", "ftp://example.com/a.tar", mnt, "ftp"},
@@ -500,17 +499,6 @@ func TestMountpointInUse(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(m.dir, corpus.PathReadme)); err != nil {
 		t.Errorf("first mount damaged: %v", err)
 	}
-}
-
-func gzipped(t *testing.T, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
-	w.Write(b)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // TestParallelReads reads random ranges of the big files through the mount

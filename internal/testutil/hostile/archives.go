@@ -1,3 +1,14 @@
+// Package hostile builds archives that attack whoever reads them, for
+// tests: members whose names and links try to reach outside the directory
+// they are extracted into (PathCases), and archives that are truncated,
+// damaged, absurd or merely extreme (ArchiveCases). Each case says what a
+// safe reader does with it, so that the same table drives the package
+// tests (materialize, index) and the mount-level tests of the binary.
+//
+// Archives are written header block by header block with tarbuild's raw
+// members, so that a case can hold what archive/tar refuses to write
+// (negative sizes, bad checksums, names with NULs). The package knows
+// nothing of tarmount's packages.
 package hostile
 
 import (

@@ -55,6 +55,19 @@ func ZstdFrames(b []byte, frame int) ([]byte, []int) {
 	return out, starts
 }
 
+// ZstdStream compresses b as one zstd frame written as a stream, with no
+// content size in its header: what zstd makes from a pipe.
+func ZstdStream(b []byte) []byte {
+	var out bytes.Buffer
+	w, err := zstd.NewWriter(&out, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		panic(err)
+	}
+	w.Write(b)
+	w.Close()
+	return out.Bytes()
+}
+
 // ZstdSeekable compresses b in the zstd seekable format: a frame per frame
 // decoded bytes and a seek table in a trailing skippable frame.
 func ZstdSeekable(b []byte, frame int) []byte {
