@@ -278,98 +278,23 @@ func errKind(err error) string {
 
 // --- A builder for hand-made archives. ---
 
-// hb describes one raw header block.
-type hb struct {
-	name, linkname     string
-	typeflag           byte
-	mode, uid, gid     int64
-	size, mtime        int64
-	uname, gname       string
-	devmajor, devminor int64
-	format             format
-	prefix             string
-	atime, ctime       int64 // GNU and star; written when non-zero
-	signedSum          bool
-	tweak              func(b []byte) // runs before the checksum
-}
-
-func (h hb) block() []byte {
-	b := make([]byte, blockSize)
-	copy(b[0:100], h.name)
-	tarbuild.PutNumber(b[100:108], h.mode)
-	tarbuild.PutNumber(b[108:116], h.uid)
-	tarbuild.PutNumber(b[116:124], h.gid)
-	tarbuild.PutNumber(b[124:136], h.size)
-	tarbuild.PutNumber(b[136:148], h.mtime)
-	b[156] = h.typeflag
-	copy(b[157:257], h.linkname)
-	switch h.format {
-	case formatUSTAR, formatStar:
-		copy(b[257:265], "ustar\x0000")
-	case formatGNU:
-		copy(b[257:265], "ustar  \x00")
-	}
-	if h.format != formatV7 {
-		copy(b[265:297], h.uname)
-		copy(b[297:329], h.gname)
-		tarbuild.PutNumber(b[329:337], h.devmajor)
-		tarbuild.PutNumber(b[337:345], h.devminor)
-	}
-	switch h.format {
-	case formatUSTAR:
-		copy(b[345:500], h.prefix)
-	case formatStar:
-		copy(b[345:476], h.prefix)
-		if h.atime != 0 {
-			tarbuild.PutNumber(b[476:488], h.atime)
-		}
-		if h.ctime != 0 {
-			tarbuild.PutNumber(b[488:500], h.ctime)
-		}
-		copy(b[508:], "tar\x00")
-	case formatGNU:
-		if h.atime != 0 {
-			tarbuild.PutNumber(b[345:357], h.atime)
-		}
-		if h.ctime != 0 {
-			tarbuild.PutNumber(b[357:369], h.ctime)
-		}
-	}
-	if h.tweak != nil {
-		h.tweak(b)
-	}
-	setChecksum(b, h.signedSum)
-	return b
-}
-
-// setChecksum fills the checksum field of b.
-func setChecksum(b []byte, signed bool) {
-	copy(b[148:156], "        ")
-	sum := 0
-	for _, c := range b {
-		if signed {
-			sum += int(int8(c))
-		} else {
-			sum += int(c)
-		}
-	}
-	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum&0o777777))
-}
+// hb describes one raw header block, every field as it is.
+type hb = tarbuild.Block
 
 // arch assembles a raw archive.
 type arch struct{ bytes.Buffer }
 
 func (a *arch) hdr(h hb) *arch {
-	if h.mode == 0 {
-		h.mode = 0o644
+	if h.Mode == 0 {
+		h.Mode = 0o644
 	}
-	a.Write(h.block())
+	a.Write(h.Bytes())
 	return a
 }
 
 // file writes a header for data (size set from it) and the padded data.
 func (a *arch) file(h hb, data []byte) *arch {
-	h.size = int64(len(data))
+	h.Size = int64(len(data))
 	a.hdr(h)
 	return a.data(data)
 }
@@ -387,7 +312,7 @@ func (a *arch) pax(tf byte, recs ...string) *arch {
 	for _, r := range recs {
 		d.WriteString(tarbuild.PAXRecord(r))
 	}
-	return a.file(hb{name: "PaxHeaders/x", typeflag: tf, format: formatUSTAR}, d.Bytes())
+	return a.file(hb{Name: "PaxHeaders/x", Typeflag: tf, Layout: tarbuild.USTAR}, d.Bytes())
 }
 
 func (a *arch) end() []byte {

@@ -136,7 +136,6 @@ func writeMember(buf *bytes.Buffer, m Member) {
 
 // Header returns the ustar header block of m with the given size field.
 func Header(m Member, size int64) []byte {
-	b := make([]byte, BlockSize)
 	mode := m.Mode
 	if mode == 0 {
 		mode = 0o644
@@ -144,30 +143,97 @@ func Header(m Member, size int64) []byte {
 			mode = 0o755
 		}
 	}
-	copy(b[0:100], m.Name)
-	PutNumber(b[100:108], mode)
-	PutNumber(b[108:116], m.Uid)
-	PutNumber(b[116:124], m.Gid)
-	PutNumber(b[124:136], size)
 	mtime := m.Mtime
 	if mtime == 0 {
 		mtime = 1700000000
 	}
-	PutNumber(b[136:148], mtime)
-	b[156] = m.Type
-	copy(b[157:257], m.Link)
-	copy(b[257:265], "ustar\x0000")
-	copy(b[265:297], "root")
-	copy(b[297:329], "root")
-	PutNumber(b[329:337], m.Devmajor)
-	PutNumber(b[337:345], m.Devminor)
-	if m.Tweak != nil {
-		m.Tweak(b)
-	}
-	SetChecksum(b)
+	b := Block{Name: m.Name, Linkname: m.Link, Typeflag: m.Type, Mode: mode, Uid: m.Uid, Gid: m.Gid, Size: size,
+		Mtime: mtime, Uname: "root", Gname: "root", Devmajor: m.Devmajor, Devminor: m.Devminor, Layout: USTAR,
+		Tweak: m.Tweak}.Bytes()
 	if m.BadSum {
 		b[148] ^= 1
 	}
+	return b
+}
+
+// Layout is the layout of a raw header block: which magic it has and
+// where its fields after the link name lie.
+type Layout uint8
+
+// The layouts Block writes.
+const (
+	V7    Layout = iota // no magic, no owner names or devices
+	USTAR               // "ustar\x0000", prefix of 155 bytes
+	Star                // "ustar\x0000", prefix of 131 bytes, atime, ctime, "tar\x00" at 508
+	GNU                 // "ustar  \x00", atime and ctime
+)
+
+// Block is one header block as it is: every field is written as given,
+// zero as zero, with no defaults (see Member for a header with them).
+type Block struct {
+	Name, Linkname     string
+	Typeflag           byte
+	Mode, Uid, Gid     int64
+	Size, Mtime        int64
+	Uname, Gname       string
+	Devmajor, Devminor int64
+	Layout             Layout
+	Prefix             string
+	Atime, Ctime       int64 // GNU and Star; written when non-zero
+	// SignedSum computes the checksum over signed bytes, as some old
+	// tars did.
+	SignedSum bool
+	// Tweak edits the block before its checksum is set.
+	Tweak func(block []byte)
+}
+
+// Bytes returns the header block.
+func (h Block) Bytes() []byte {
+	b := make([]byte, BlockSize)
+	copy(b[0:100], h.Name)
+	PutNumber(b[100:108], h.Mode)
+	PutNumber(b[108:116], h.Uid)
+	PutNumber(b[116:124], h.Gid)
+	PutNumber(b[124:136], h.Size)
+	PutNumber(b[136:148], h.Mtime)
+	b[156] = h.Typeflag
+	copy(b[157:257], h.Linkname)
+	switch h.Layout {
+	case USTAR, Star:
+		copy(b[257:265], "ustar\x0000")
+	case GNU:
+		copy(b[257:265], "ustar  \x00")
+	}
+	if h.Layout != V7 {
+		copy(b[265:297], h.Uname)
+		copy(b[297:329], h.Gname)
+		PutNumber(b[329:337], h.Devmajor)
+		PutNumber(b[337:345], h.Devminor)
+	}
+	switch h.Layout {
+	case USTAR:
+		copy(b[345:500], h.Prefix)
+	case Star:
+		copy(b[345:476], h.Prefix)
+		if h.Atime != 0 {
+			PutNumber(b[476:488], h.Atime)
+		}
+		if h.Ctime != 0 {
+			PutNumber(b[488:500], h.Ctime)
+		}
+		copy(b[508:], "tar\x00")
+	case GNU:
+		if h.Atime != 0 {
+			PutNumber(b[345:357], h.Atime)
+		}
+		if h.Ctime != 0 {
+			PutNumber(b[357:369], h.Ctime)
+		}
+	}
+	if h.Tweak != nil {
+		h.Tweak(b)
+	}
+	setChecksum(b, h.SignedSum)
 	return b
 }
 
@@ -192,13 +258,19 @@ func PutBase256(f []byte, v int64) {
 }
 
 // SetChecksum fills the checksum field of header block b.
-func SetChecksum(b []byte) {
+func SetChecksum(b []byte) { setChecksum(b, false) }
+
+func setChecksum(b []byte, signed bool) {
 	copy(b[148:156], "        ")
 	sum := 0
 	for _, c := range b {
-		sum += int(c)
+		if signed {
+			sum += int(int8(c))
+		} else {
+			sum += int(c)
+		}
 	}
-	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum&0o777777))
 }
 
 // PAXRecord formats "key=value" as a pax record with its length.
