@@ -1,17 +1,22 @@
 // Package tarbuild is the one tar builder of tarmount's tests. It writes
 //
-//   - members with Go's archive/tar in any format (Go, GoTree);
-//   - raw archives header block by header block (Tar, Header), so that a
+//   - members with Go's archive/tar in any format (Go, GoErr), crafted raw
+//     members amid them (Entry.Raw), and the files of a directory (FilesOf);
+//   - raw archives header block by header block (Tar, TarPos, Members,
+//     Header with defaults, Block with every field as given), so that a
 //     test can hold what archive/tar refuses to write: negative sizes, bad
-//     checksums, names with NULs, truncated or absurd headers;
+//     or signed checksums, names with NULs, v7, star and GNU layouts;
 //   - archives of a directory tree made by GNU tar, bsdtar or Go, with any
-//     codec the project reads (Archive, Spec), and unpacks them with GNU
-//     tar (Extract);
-//   - compressed forms of bytes: gzip (one member or many), zstd frames,
-//     seekable zstd, lz4 (Gzip, GzipMembers, ZstdFrames, ZstdSeekable, LZ4).
+//     codec the project reads (Spec, Archive, Make, GoTree), and unpacks
+//     them with GNU tar (Extract);
+//   - compressed forms of bytes: gzip (one member or many), zstd (one
+//     streamed frame, many frames, the seekable format) and lz4 (Gzip,
+//     GzipLevel, GzipMembers, ZstdStream, ZstdFrames, ZstdSeekable, LZ4,
+//     LZ4Blocks).
 //
 // The package owns only the making of archives; it knows nothing of
-// tarmount's packages, so the tests of every package can use it.
+// tarmount's packages, so the tests of every package can use it. Archive
+// and Extract run the external tools (scripts/deps.sh installs them).
 package tarbuild
 
 import (
