@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // TestSavedIndexVersions opens one archive, by path and by file URL,
@@ -94,15 +96,9 @@ func TestSavedIndexVersions(t *testing.T) {
 // tarOf is a tar of empty regular files with these names.
 func tarOf(t *testing.T, names ...string) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	w := tar.NewWriter(&b)
-	for _, n := range names {
-		if err := w.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
+	entries := make([]tarbuild.Entry, len(names))
+	for i, n := range names {
+		entries[i] = tarbuild.Entry{Name: n}
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
+	return tarbuild.Go(t, tar.FormatUnknown, entries...)
 }

@@ -45,7 +45,7 @@ func TestBlocksReadAt(t *testing.T) {
 				require.True(t, bytes.Equal(data, all))
 				// Each block fetched once: the cache holds the whole object.
 				nblocks := (size + 1023) / 1024
-				require.Len(t, src.reads(), nblocks)
+				require.Len(t, src.Offsets(), nblocks)
 				require.Equal(t, int64(size), b.Stats().BytesFetched)
 			})
 		}
@@ -67,7 +67,7 @@ func TestBlocksDefaults(t *testing.T) {
 func TestBlocksOneFetchPerBlock(t *testing.T) {
 	data := randomBytes(10*1024, 1)
 	src := newMemSource(data)
-	src.delay = 20 * time.Millisecond
+	src.Delay = 20 * time.Millisecond
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 8})
 
 	const readers = 32
@@ -91,7 +91,7 @@ func TestBlocksOneFetchPerBlock(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.Equal(t, []int64{0, 1024, 2048, 3072}, src.reads())
+	require.Equal(t, []int64{0, 1024, 2048, 3072}, src.Offsets())
 	st := b.Stats()
 	require.Equal(t, int64(4), st.Requests)
 	require.Equal(t, int64(readers*4), st.CacheHits+st.CacheMisses)
@@ -199,8 +199,8 @@ func TestBlocksConcurrentRandom(t *testing.T) {
 func TestBlocksWaiterCancel(t *testing.T) {
 	data := randomBytes(4096, 4)
 	src := newMemSource(data)
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 10)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 10)
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 2})
 
 	ctxA, cancelA := context.WithCancel(t.Context())
@@ -209,7 +209,7 @@ func TestBlocksWaiterCancel(t *testing.T) {
 		_, err := b.ReadAt(ctxA, make([]byte, 10), 0)
 		errA <- err
 	}()
-	<-src.started
+	<-src.Started
 	resB := make(chan []byte, 1)
 	go func() {
 		p := make([]byte, 10)
@@ -223,11 +223,11 @@ func TestBlocksWaiterCancel(t *testing.T) {
 
 	cancelA()
 	require.ErrorIs(t, <-errA, context.Canceled)
-	close(src.gate)
+	close(src.Gate)
 	require.Equal(t, data[:10], <-resB)
-	_, _, cancelled := src.stats()
+	_, _, cancelled := src.Stats()
 	require.Zero(t, cancelled)
-	require.Equal(t, []int64{0}, src.reads())
+	require.Equal(t, []int64{0}, src.Offsets())
 }
 
 // TestBlocksAbandonedFetch: once every waiter has left, a running fetch is
@@ -235,8 +235,8 @@ func TestBlocksWaiterCancel(t *testing.T) {
 func TestBlocksAbandonedFetch(t *testing.T) {
 	data := randomBytes(4096, 5)
 	src := newMemSource(data)
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 10)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 10)
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 1})
 
 	// Block 0 runs, block 1 is queued behind it; both readers leave.
@@ -248,24 +248,24 @@ func TestBlocksAbandonedFetch(t *testing.T) {
 	ctx1, cancel1 := context.WithCancel(t.Context())
 	errs0, errs1 := make(chan error, 1), make(chan error, 1)
 	go read(ctx0, 0, errs0)
-	require.Equal(t, int64(0), <-src.started)
+	require.Equal(t, int64(0), <-src.Started)
 	go read(ctx1, 1024, errs1)
 	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 2 }, 5*time.Second, time.Millisecond)
 	cancel1()
 	require.ErrorIs(t, <-errs1, context.Canceled)
 	cancel0()
 	require.ErrorIs(t, <-errs0, context.Canceled)
-	require.Eventually(t, func() bool { _, _, c := src.stats(); return c == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { _, _, c := src.Stats(); return c == 1 }, 5*time.Second, time.Millisecond)
 
 	// A new reader starts a new fetch.
-	close(src.gate)
+	close(src.Gate)
 	p := make([]byte, 10)
 	_, err := b.ReadAt(t.Context(), p, 2048)
 	require.NoError(t, err)
 	_, err = b.ReadAt(t.Context(), p, 0)
 	require.NoError(t, err)
 	require.Equal(t, data[:10], p)
-	require.Equal(t, []int64{0, 0, 2048}, src.reads(), "block 1 must never be fetched")
+	require.Equal(t, []int64{0, 0, 2048}, src.Offsets(), "block 1 must never be fetched")
 }
 
 func TestBlocksErrorNotCached(t *testing.T) {
@@ -273,7 +273,7 @@ func TestBlocksErrorNotCached(t *testing.T) {
 	src := newMemSource(data)
 	var mu sync.Mutex
 	failures := 1
-	src.fail = func(off int64) error {
+	src.Fail = func(off int64) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if off == 1024 && failures > 0 {
@@ -293,12 +293,12 @@ func TestBlocksErrorNotCached(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1500, n)
 	require.Equal(t, data[100:1600], p)
-	require.Equal(t, []int64{0, 1024, 1024}, src.reads())
+	require.Equal(t, []int64{0, 1024, 1024}, src.Offsets())
 }
 
 // shortSource returns fewer bytes than asked without an error, breaking
 // the Source contract.
-type shortSource struct{ memSource }
+type shortSource struct{ *memSource }
 
 func (s *shortSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n, _ := s.memSource.ReadAt(ctx, p[:len(p)/2], off)
@@ -306,7 +306,7 @@ func (s *shortSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 }
 
 func TestBlocksShortSource(t *testing.T) {
-	src := &shortSource{memSource: memSource{data: randomBytes(100, 1)}}
+	src := &shortSource{memSource: newMemSource(randomBytes(100, 1))}
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 64})
 	_, err := b.ReadAt(t.Context(), make([]byte, 10), 0)
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
@@ -317,25 +317,25 @@ func TestBlocksShortSource(t *testing.T) {
 func TestBlocksForegroundFirst(t *testing.T) {
 	const bs = 1024
 	src := newMemSource(randomBytes(20*bs, 7))
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 100)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 100)
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 1})
 
 	s := b.Stream(t.Context(), 0) // requests blocks 0 and 1
 	defer s.Close()
-	require.Equal(t, int64(0), <-src.started)
+	require.Equal(t, int64(0), <-src.Started)
 	done := make(chan error, 1)
 	go func() {
 		_, err := b.ReadAt(t.Context(), make([]byte, 10), 9*bs)
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 3 }, 5*time.Second, time.Millisecond)
-	src.gate <- struct{}{}
-	require.Equal(t, int64(9*bs), <-src.started, "the ReadAt fetch must come next")
-	src.gate <- struct{}{}
+	src.Gate <- struct{}{}
+	require.Equal(t, int64(9*bs), <-src.Started, "the ReadAt fetch must come next")
+	src.Gate <- struct{}{}
 	require.NoError(t, <-done)
-	require.Equal(t, int64(bs), <-src.started)
-	close(src.gate)
+	require.Equal(t, int64(bs), <-src.Started)
+	close(src.Gate)
 }
 
 // TestBlocksUpgrade: a ReadAt joining queued read-ahead moves it ahead of
@@ -343,8 +343,8 @@ func TestBlocksForegroundFirst(t *testing.T) {
 func TestBlocksUpgrade(t *testing.T) {
 	const bs = 1024
 	src := newMemSource(randomBytes(20*bs, 7))
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 100)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 100)
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 3})
 
 	s := b.Stream(t.Context(), 0) // blocks 0-2 run, 3 is queued
@@ -352,7 +352,7 @@ func TestBlocksUpgrade(t *testing.T) {
 	s2 := b.Stream(t.Context(), 10*bs) // 10-13 queued
 	defer s2.Close()
 	for range 3 {
-		<-src.started
+		<-src.Started
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -360,9 +360,9 @@ func TestBlocksUpgrade(t *testing.T) {
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 9 }, 5*time.Second, time.Millisecond)
-	src.gate <- struct{}{}
-	require.Equal(t, int64(12*bs), <-src.started)
-	close(src.gate)
+	src.Gate <- struct{}{}
+	require.Equal(t, int64(12*bs), <-src.Started)
+	close(src.Gate)
 	require.NoError(t, <-done)
 }
 
@@ -370,8 +370,8 @@ func TestBlocksClose(t *testing.T) {
 	const bs = 1024
 	data := randomBytes(10*bs, 8)
 	src := newMemSource(data)
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 100)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 100)
 	before := runtime.NumGoroutine()
 	b := NewBlocks(src, BlocksOptions{BlockSize: bs, Workers: 2})
 
@@ -383,8 +383,8 @@ func TestBlocksClose(t *testing.T) {
 			errs <- err
 		}()
 	}
-	<-src.started
-	<-src.started
+	<-src.Started
+	<-src.Started
 	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 3 }, 5*time.Second, time.Millisecond)
 	s := b.Stream(t.Context(), 5*bs)
 
@@ -393,7 +393,7 @@ func TestBlocksClose(t *testing.T) {
 	for range 3 {
 		require.ErrorIs(t, <-errs, ErrClosed)
 	}
-	active, _, _ := src.stats()
+	active, _, _ := src.Stats()
 	require.Zero(t, active, "Close must wait for running fetches")
 	_, err := b.ReadAt(t.Context(), make([]byte, 1), 0)
 	require.ErrorIs(t, err, ErrClosed)
@@ -413,7 +413,7 @@ func TestBlocksNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	data := randomBytes(50*bs, 9)
 	src := newMemSource(data)
-	src.delay = time.Millisecond
+	src.Delay = time.Millisecond
 	b := NewBlocks(src, BlocksOptions{BlockSize: bs, Workers: 4, CacheBytes: 8 * bs})
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -428,7 +428,7 @@ func TestBlocksNoLeak(t *testing.T) {
 	}
 	wg.Wait()
 	require.NoError(t, b.Close())
-	active, _, _ := src.stats()
+	active, _, _ := src.Stats()
 	require.Zero(t, active)
 	waitGoroutines(t, before)
 }
@@ -475,14 +475,14 @@ func TestBlocksReadCached(t *testing.T) {
 	if b.ReadCached(buf, 500) {
 		t.Fatal("ReadCached hit on an empty cache")
 	}
-	if got := len(src.reads()); got != 0 {
+	if got := len(src.Offsets()); got != 0 {
 		t.Fatalf("ReadCached fetched %d blocks, want 0", got)
 	}
 	// Bring in blocks 0-4 only.
 	if _, err := b.ReadAt(context.Background(), make([]byte, 5<<10), 0); err != nil {
 		t.Fatal(err)
 	}
-	fetched := len(src.reads())
+	fetched := len(src.Offsets())
 	for _, tc := range []struct {
 		off, n int64
 		hit    bool
@@ -504,7 +504,7 @@ func TestBlocksReadCached(t *testing.T) {
 			t.Errorf("ReadCached(%d+%d): wrong bytes", tc.off, tc.n)
 		}
 	}
-	if got := len(src.reads()); got != fetched {
+	if got := len(src.Offsets()); got != fetched {
 		t.Errorf("ReadCached fetched: %d reads, want %d", got, fetched)
 	}
 	// After a stream over everything, every range hits.
@@ -519,12 +519,12 @@ func TestBlocksReadCached(t *testing.T) {
 	}
 	// Exact ranges (gzip spans) read through Ranges come from the blocks
 	// the stream brought in, with no request to the source.
-	before := len(src.reads())
+	before := len(src.Offsets())
 	span := make([]byte, 2500)
 	if n, err := b.Ranges().ReadAt(context.Background(), span, 3333); err != nil || n != len(span) || !bytes.Equal(span, data[3333:3333+2500]) {
 		t.Errorf("Ranges().ReadAt of a cached range: n %d, err %v, equal %v", n, err, bytes.Equal(span, data[3333:3333+2500]))
 	}
-	if got := len(src.reads()); got != before {
+	if got := len(src.Offsets()); got != before {
 		t.Errorf("Ranges().ReadAt of a cached range made %d source reads, want 0", got-before)
 	}
 }
@@ -535,8 +535,8 @@ func TestBlocksReadCached(t *testing.T) {
 func TestBlocksInFlight(t *testing.T) {
 	data := randomBytes(8192, 5)
 	src := newMemSource(data)
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 10)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 10)
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 2})
 	done := make(chan error, 2)
 	go func() {
@@ -547,10 +547,10 @@ func TestBlocksInFlight(t *testing.T) {
 		_, err := b.Ranges().ReadAt(t.Context(), make([]byte, 3000), 4000)
 		done <- err
 	}()
-	<-src.started
-	<-src.started
+	<-src.Started
+	<-src.Started
 	require.Equal(t, int64(1024+3000), b.Stats().InFlight)
-	close(src.gate)
+	close(src.Gate)
 	require.NoError(t, <-done)
 	require.NoError(t, <-done)
 	st := b.Stats()
@@ -565,23 +565,23 @@ func TestBlocksPrefetch(t *testing.T) {
 	const bs = 1024
 	data := randomBytes(20*bs, 9)
 	src := newMemSource(data)
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 100)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 100)
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 1})
 
 	b.Prefetch(2*bs+10, 2*bs) // blocks 2, 3 and 4
-	require.Equal(t, int64(2*bs), <-src.started)
+	require.Equal(t, int64(2*bs), <-src.Started)
 	done := make(chan error, 1)
 	go func() {
 		_, err := b.ReadAt(t.Context(), make([]byte, 10), 9*bs)
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return b.Stats().CacheMisses == 1 }, 5*time.Second, time.Millisecond)
-	src.gate <- struct{}{}
-	require.Equal(t, int64(9*bs), <-src.started, "a waiting ReadAt goes before prefetch")
-	src.gate <- struct{}{}
+	src.Gate <- struct{}{}
+	require.Equal(t, int64(9*bs), <-src.Started, "a waiting ReadAt goes before prefetch")
+	src.Gate <- struct{}{}
 	require.NoError(t, <-done)
-	close(src.gate)
+	close(src.Gate)
 	require.Eventually(t, func() bool { return b.Stats().CachedBytes == 4*bs }, 5*time.Second, time.Millisecond)
 	require.Equal(t, int64(3), b.Stats().Prefetches)
 
@@ -590,7 +590,7 @@ func TestBlocksPrefetch(t *testing.T) {
 	n, err := b.ReadAt(t.Context(), p, 2*bs)
 	require.NoError(t, err)
 	require.Equal(t, data[2*bs:5*bs], p[:n])
-	require.Equal(t, []int64{2 * bs, 3 * bs, 4 * bs, 9 * bs}, src.reads(), "prefetched blocks are fetched once")
+	require.Equal(t, []int64{2 * bs, 3 * bs, 4 * bs, 9 * bs}, src.Offsets(), "prefetched blocks are fetched once")
 	require.Equal(t, int64(3), b.Stats().Prefetches)
 
 	b.Prefetch(-1, bs)

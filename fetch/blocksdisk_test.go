@@ -73,7 +73,7 @@ func TestBlocksDiskRemount(t *testing.T) {
 		require.Equal(t, int(r[1]), n)
 		require.Equal(t, data[r[0]:r[0]+r[1]], p)
 	}
-	require.Empty(t, src2.reads(), "fetched from the source after a remount")
+	require.Empty(t, src2.Offsets(), "fetched from the source after a remount")
 	st = b2.Stats()
 	require.Zero(t, st.BytesFetched)
 	require.Positive(t, st.DiskHits)
@@ -103,7 +103,7 @@ func TestBlocksDiskRanges(t *testing.T) {
 	d := newTestDisk(t, dir, DiskCacheOptions{})
 	b := NewBlocks(src, BlocksOptions{BlockSize: bs, Disk: d})
 	read(b)
-	require.Equal(t, []int64{100, 3000, 5000, int64(len(data)) - 10}, src.reads(), "one request per range, exact offsets")
+	require.Equal(t, []int64{100, 3000, 5000, int64(len(data)) - 10}, src.Offsets(), "one request per range, exact offsets")
 	st := b.Stats()
 	require.Equal(t, int64(1500+700+4096+10), st.BytesFetched)
 	b.Close()
@@ -113,14 +113,14 @@ func TestBlocksDiskRanges(t *testing.T) {
 	src2 := newIDSource(data, `"v1"`)
 	b2 := newTestBlocks(t, src2, BlocksOptions{BlockSize: bs, Disk: newTestDisk(t, dir, DiskCacheOptions{})})
 	read(b2)
-	require.Empty(t, src2.reads())
+	require.Empty(t, src2.Offsets())
 	require.Equal(t, int64(4), b2.Stats().DiskHits)
 
 	// A range that was not stored is fetched.
 	p := make([]byte, 10)
 	_, err := b2.Ranges().ReadAt(ctx, p, 0)
 	require.NoError(t, err)
-	require.Equal(t, []int64{0}, src2.reads())
+	require.Equal(t, []int64{0}, src2.Offsets())
 	// Past the end: io.EOF from the source, nothing stored.
 	p = make([]byte, 20)
 	n, err := b2.Ranges().ReadAt(ctx, p, int64(len(data))-10)
@@ -148,7 +148,7 @@ func TestBlocksDiskNewIdentity(t *testing.T) {
 	p := make([]byte, 100)
 	require.True(t, b.ReadCached(p, 0))
 	require.Equal(t, cur[:100], p)
-	require.Len(t, src.reads(), 8)
+	require.Len(t, src.Offsets(), 8)
 	require.Zero(t, b.Stats().DiskHits)
 
 	for _, id := range []Identity{{Size: 8 * bs}, {Size: 8 * bs, ETag: `W/"v1"`}} {
@@ -156,7 +156,7 @@ func TestBlocksDiskNewIdentity(t *testing.T) {
 		b := NewBlocks(src, BlocksOptions{BlockSize: bs, Disk: d})
 		require.Equal(t, old, readAll(t, b))
 		b.Close()
-		require.Len(t, src.reads(), 8, "identity %v", id)
+		require.Len(t, src.Offsets(), 8, "identity %v", id)
 		require.Zero(t, b.Stats().DiskHits+b.Stats().DiskWrites, "identity %v", id)
 		_, err := os.Stat(filepath.Join(dir, id.Key()))
 		require.ErrorIs(t, err, fs.ErrNotExist)
@@ -210,7 +210,7 @@ func TestBlocksDiskDamage(t *testing.T) {
 	require.Equal(t, data, readAll(t, b))
 	b.Close()
 	d.Close()
-	require.Equal(t, []int64{0, bs, 2 * bs, 3 * bs, 4 * bs, 5 * bs, 6 * bs, 7 * bs}, src2.reads(), "damaged blocks refetched")
+	require.Equal(t, []int64{0, bs, 2 * bs, 3 * bs, 4 * bs, 5 * bs, 6 * bs, 7 * bs}, src2.Offsets(), "damaged blocks refetched")
 	require.Equal(t, int64(8), d.Stats().Corrupt)
 	_, err = os.Stat(tmp)
 	require.ErrorIs(t, err, fs.ErrNotExist, "stale temporary file removed")
@@ -220,7 +220,7 @@ func TestBlocksDiskDamage(t *testing.T) {
 	src3 := newIDSource(data, `"v1"`)
 	b = newTestBlocks(t, src3, BlocksOptions{BlockSize: bs, Disk: d})
 	require.Equal(t, data, readAll(t, b))
-	require.Empty(t, src3.reads())
+	require.Empty(t, src3.Offsets())
 	require.Zero(t, d.Stats().Corrupt)
 }
 

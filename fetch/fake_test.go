@@ -2,117 +2,24 @@ package fetch
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
-	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tarmount/tarmount/internal/testutil/memsrc"
 )
 
-// memSource is an in-memory Source that counts and records its reads and
-// can slow them down, hold them at a gate or fail them.
-type memSource struct {
-	// set once
-	data  []byte
-	delay time.Duration         // per read
-	gate  chan struct{}         // if non-nil, each read takes a token first
-	fail  func(off int64) error // if non-nil and non-nil result, the read fails
-	// started receives the offset of each read as it starts, if non-nil
-	started chan int64
-
-	mu sync.Mutex
-	// guarded by mu
-	offs      []int64 // offsets read, in start order
-	active    int     // reads running now
-	maxActive int
-	cancelled int // reads that ended because their ctx did
-	closed    bool
-}
+// memSource is the in-memory Source of the tests, which counts and
+// records its reads and can slow them down, hold them at a gate or fail
+// them.
+type memSource = memsrc.Source[Identity]
 
 var _ Source = (*memSource)(nil)
 
-func newMemSource(data []byte) *memSource { return &memSource{data: data} }
-
-func (s *memSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	s.mu.Lock()
-	s.offs = append(s.offs, off)
-	s.active++
-	s.maxActive = max(s.maxActive, s.active)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.active--
-		s.mu.Unlock()
-	}()
-	if s.started != nil {
-		s.started <- off
-	}
-	if s.gate != nil {
-		select {
-		case <-s.gate:
-		case <-ctx.Done():
-			return 0, s.cancel(ctx)
-		}
-	}
-	if s.delay > 0 {
-		t := time.NewTimer(s.delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return 0, s.cancel(ctx)
-		}
-	}
-	if s.fail != nil {
-		if err := s.fail(off); err != nil {
-			return 0, err
-		}
-	}
-	if off >= int64(len(s.data)) {
-		return 0, io.EOF
-	}
-	n := copy(p, s.data[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
-func (s *memSource) cancel(ctx context.Context) error {
-	s.mu.Lock()
-	s.cancelled++
-	s.mu.Unlock()
-	return ctx.Err()
-}
-
-func (s *memSource) Identity() Identity { return Identity{Size: int64(len(s.data))} }
-func (s *memSource) String() string     { return "mem" }
-func (s *memSource) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	return nil
-}
-
-// reads returns the offsets read so far, sorted.
-func (s *memSource) reads() []int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	offs := slices.Clone(s.offs)
-	slices.Sort(offs)
-	return offs
-}
-
-func (s *memSource) stats() (active, maxActive, cancelled int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active, s.maxActive, s.cancelled
-}
+func newMemSource(data []byte) *memSource { return memsrc.New(data, Identity{Size: int64(len(data))}) }
 
 // randomBytes returns n reproducible pseudo-random bytes.
 func randomBytes(n int, seed uint64) []byte {

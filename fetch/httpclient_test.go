@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
 )
 
 // newH2Server serves data as /a.tar over TLS with HTTP/2 offered, its

@@ -24,7 +24,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tarmount/tarmount/tests/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/s3server"
 )
 
 // Profiles of the shared credentials file that TestMain writes.

@@ -70,10 +70,10 @@ func TestStreamReadAhead(t *testing.T) {
 	const bs, nblocks, workers = 1024, 40, 4
 	data := randomBytes(nblocks*bs, 2)
 	src := newMemSource(data)
-	src.delay = 5 * time.Millisecond
+	src.Delay = 5 * time.Millisecond
 	var limit atomic.Int64 // highest block index the stream may request
 	var tooFar atomic.Int64
-	src.fail = func(off int64) error {
+	src.Fail = func(off int64) error {
 		if off/bs > limit.Load() {
 			tooFar.Store(off/bs + 1)
 		}
@@ -100,10 +100,10 @@ func TestStreamReadAhead(t *testing.T) {
 	}
 	require.True(t, bytes.Equal(data, got))
 	require.Zero(t, tooFar.Load(), "fetched block %d too far ahead", tooFar.Load()-1)
-	_, maxActive, _ := src.stats()
+	_, maxActive, _ := src.Stats()
 	require.LessOrEqual(t, maxActive, workers)
 	require.Greater(t, maxActive, 1, "read-ahead must fetch in parallel")
-	require.Len(t, src.reads(), nblocks)
+	require.Len(t, src.Offsets(), nblocks)
 }
 
 // TestStreamStalledConsumer: a stream nobody reads fetches its window and
@@ -114,9 +114,9 @@ func TestStreamStalledConsumer(t *testing.T) {
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: workers})
 	s := b.Stream(t.Context(), 10)
 	defer s.Close()
-	require.Eventually(t, func() bool { return len(src.reads()) == workers+1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(src.Offsets()) == workers+1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	require.Equal(t, []int64{0, bs, 2 * bs, 3 * bs, 4 * bs}, src.reads())
+	require.Equal(t, []int64{0, bs, 2 * bs, 3 * bs, 4 * bs}, src.Offsets())
 }
 
 func TestStreamDiscard(t *testing.T) {
@@ -151,7 +151,7 @@ func TestStreamDiscard(t *testing.T) {
 	_, err = s.Read(p)
 	require.ErrorIs(t, err, io.EOF)
 
-	for _, off := range src.reads() {
+	for _, off := range src.Offsets() {
 		if i := off / bs; i >= 3 && i < 10 {
 			t.Errorf("block %d was skipped but fetched", i)
 		}
@@ -232,7 +232,7 @@ func TestStreamSharesFetches(t *testing.T) {
 	const bs, nblocks = 1024, 30
 	data := randomBytes(nblocks*bs, 7)
 	src := newMemSource(data)
-	src.delay = 10 * time.Millisecond
+	src.Delay = 10 * time.Millisecond
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: 8})
 	done := make(chan error, 1)
 	go func() {
@@ -257,25 +257,25 @@ func TestStreamSharesFetches(t *testing.T) {
 func TestStreamClose(t *testing.T) {
 	const bs, workers = 1024, 3
 	src := newMemSource(randomBytes(20*bs, 8))
-	src.gate = make(chan struct{})
-	src.started = make(chan int64, 100)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 100)
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: bs, Workers: workers})
 	s := b.Stream(t.Context(), 0) // 0-2 run, 3 is queued
 	for range workers {
-		<-src.started
+		<-src.Started
 	}
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
-	require.Eventually(t, func() bool { _, _, c := src.stats(); return c == workers }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { _, _, c := src.Stats(); return c == workers }, 5*time.Second, time.Millisecond)
 	_, err := s.Read(make([]byte, 1))
 	require.ErrorIs(t, err, ErrClosed)
-	close(src.gate)
-	require.Len(t, src.reads(), workers, "queued read-ahead must not start")
+	close(src.Gate)
+	require.Len(t, src.Offsets(), workers, "queued read-ahead must not start")
 }
 
 func TestStreamContext(t *testing.T) {
 	src := newMemSource(randomBytes(4096, 9))
-	src.gate = make(chan struct{})
+	src.Gate = make(chan struct{})
 	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 2})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
@@ -283,7 +283,7 @@ func TestStreamContext(t *testing.T) {
 	defer s.Close()
 	_, err := s.Read(make([]byte, 10))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	close(src.gate)
+	close(src.Gate)
 	_, err = s.Read(make([]byte, 10))
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a stream error is sticky")
 }

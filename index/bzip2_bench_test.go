@@ -1,20 +1,19 @@
 package index
 
 import (
-	"archive/tar"
 	"bytes"
 	stdbzip2 "compress/bzip2"
 	"context"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 
 	"github.com/tarmount/tarmount/fetch"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // bzip2BenchInput is a .tar.bz2: the file TARMOUNT_BENCH_BZ2 names, or by
@@ -24,26 +23,12 @@ var bzip2BenchInput = sync.OnceValues(func() ([]byte, error) {
 	if p := os.Getenv("TARMOUNT_BENCH_BZ2"); p != "" {
 		return os.ReadFile(p)
 	}
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
-	err := filepath.WalkDir(runtime.GOROOT(), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() || raw.Len() > 48<<20 {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		tw.WriteHeader(&tar.Header{Name: path, Mode: 0o644, Size: int64(len(data))})
-		_, err = tw.Write(data)
-		return err
-	})
+	raw, err := tarbuild.FilesOf(runtime.GOROOT(), 48<<20)
 	if err != nil {
 		return nil, err
 	}
-	tw.Close()
 	cmd := exec.Command("bzip2", "-9")
-	cmd.Stdin = &raw
+	cmd.Stdin = bytes.NewReader(raw)
 	return cmd.Output()
 })
 
@@ -112,7 +97,7 @@ func BenchmarkBzip2Span(b *testing.B) {
 	start, end := ix.SpanBounds(i)
 	b.SetBytes(int64(end - start))
 	b.ReportAllocs()
-	r := NewReader(ix, &memSource{data: comp}, ReaderOptions{})
+	r := NewReader(ix, newMemSource(comp), ReaderOptions{})
 	defer r.Close()
 	for b.Loop() {
 		if _, err := r.DecodeSpan(context.Background(), i); err != nil {

@@ -68,7 +68,7 @@ func TestBzip2Spans(t *testing.T) {
 				if int64(ix.End) != int64(len(obj)) {
 					t.Errorf("span %d: End: got %d, want %d", span, ix.End, len(obj))
 				}
-				r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+				r := NewReader(ix, newMemSource(obj), ReaderOptions{})
 				for i, cp := range ix.Checkpoints {
 					if cp.Kind != kindBzip2Block || cp.Flags < 1 || cp.Flags > 9 {
 						t.Fatalf("span %d: checkpoint %d: kind %d level %d", span, i, cp.Kind, cp.Flags)
@@ -107,7 +107,7 @@ func TestBzip2CorruptSpan(t *testing.T) {
 			for _, at := range []int64{lo + 20, (lo + hi) / 2, hi - 20} {
 				bad := bytes.Clone(obj)
 				bad[at] ^= 0x10
-				r := NewReader(ix, &memSource{data: bad}, ReaderOptions{})
+				r := NewReader(ix, newMemSource(bad), ReaderOptions{})
 				if _, err := r.DecodeSpan(context.Background(), k); !errors.Is(err, ErrCorrupt) {
 					t.Errorf("flip at %d in span %d: got %v, want ErrCorrupt", at, k, err)
 				}

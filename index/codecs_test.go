@@ -13,12 +13,13 @@ import (
 	"sync"
 	"testing"
 
-	seekable "github.com/SaveTheRbtz/zstd-seekable-format-go/pkg"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	"github.com/ulikunitz/xz"
 
 	"github.com/tarmount/tarmount/fetch"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // codecCase is one way to compress a tar stream: in Go or with a CLI.
@@ -57,16 +58,8 @@ func cli(name string, args ...string) func(t testing.TB, raw []byte) []byte {
 	}
 }
 
-func zstdStream(t testing.TB, raw []byte) []byte {
-	var buf bytes.Buffer
-	w, err := zstd.NewWriter(&buf, zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(raw)
-	w.Close()
-	return buf.Bytes()
-}
+// zstdStream is tarbuild.ZstdStream for the codec tables.
+func zstdStream(_ testing.TB, raw []byte) []byte { return tarbuild.ZstdStream(raw) }
 
 // zstdFrames compresses each piece bytes of raw as its own frame, with a
 // skippable frame between some of them.
@@ -87,26 +80,8 @@ func zstdFrames(piece int) func(t testing.TB, raw []byte) []byte {
 	}
 }
 
-func zstdSeekable(t testing.TB, raw []byte) []byte {
-	var buf bytes.Buffer
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := seekable.NewWriter(&buf, enc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < len(raw); i += 300 << 10 {
-		if _, err := w.Write(raw[i:min(i+300<<10, len(raw))]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
+// zstdSeekable is the seekable format with a frame per 300 KiB.
+func zstdSeekable(_ testing.TB, raw []byte) []byte { return tarbuild.ZstdSeekable(raw, 300<<10) }
 
 func lz4Go(opts ...lz4.Option) func(t testing.TB, raw []byte) []byte {
 	return func(t testing.TB, raw []byte) []byte {
@@ -175,7 +150,7 @@ func concat(c func(t testing.TB, raw []byte) []byte) func(t testing.TB, raw []by
 // codecCases lists every codec and variant, made in Go and by the CLIs.
 func codecCases() []codecCase {
 	return []codecCase{
-		{"gzip", CodecGzip, true, func(t testing.TB, raw []byte) []byte { return gzipBytes(raw, 6) }},
+		{"gzip", CodecGzip, true, func(t testing.TB, raw []byte) []byte { return tarbuild.GzipLevel(raw, 6) }},
 		{"zstd-go-stream", CodecZstd, false, zstdStream},
 		{"zstd-go-frames", CodecZstd, true, zstdFrames(256 << 10)},
 		{"zstd-go-seekable", CodecZstd, true, zstdSeekable},
@@ -301,7 +276,7 @@ func TestCodecs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := NewReader(loaded, &memSource{data: obj}, ReaderOptions{Local: la})
+			r := NewReader(loaded, newMemSource(obj), ReaderOptions{Local: la})
 			defer r.Close()
 			for _, m := range members {
 				id, ok := ix.LookupPath(m.name)
@@ -342,7 +317,7 @@ func TestCodecRandomAccess(t *testing.T) {
 				t.Fatal("stream-only")
 			}
 			t.Logf("%d checkpoints", len(ix.Checkpoints))
-			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{CacheBytes: 2 * span})
+			r := NewReader(ix, newMemSource(obj), ReaderOptions{CacheBytes: 2 * span})
 			defer r.Close()
 			checkRandomReads(t, r, ix, "big", want)
 		})
@@ -370,7 +345,7 @@ func TestConcurrentReadsReuseSpans(t *testing.T) {
 			if ix.StreamOnly() || len(ix.Checkpoints) < 8 {
 				t.Skipf("%d checkpoints: too few spans to evict", len(ix.Checkpoints))
 			}
-			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{CacheBytes: 2 * span, Readahead: -1})
+			r := NewReader(ix, newMemSource(obj), ReaderOptions{CacheBytes: 2 * span, Readahead: -1})
 			defer r.Close()
 			id, _ := ix.LookupPath("big")
 			var wg sync.WaitGroup
@@ -456,7 +431,7 @@ func TestCodecCorruption(t *testing.T) {
 				// wrong bytes.
 				good := build(t, obj, 256<<10)
 				for _, x := range []*Index{ix, good} {
-					r := NewReader(x, &memSource{data: bad}, ReaderOptions{Local: local})
+					r := NewReader(x, newMemSource(bad), ReaderOptions{Local: local})
 					id, ok := x.LookupPath("f")
 					if !ok {
 						r.Close()

@@ -227,9 +227,9 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 		switch a := bySize[ix.Source.Size]; {
 		case a != nil:
-			readThrough(t, ix, &memSource{data: a.obj}, a.local)
+			readThrough(t, ix, newMemSource(a.obj), a.local)
 		case ix.Source.Size <= int64(len(fuzzNoise)):
-			readThrough(t, ix, &memSource{data: fuzzNoise[:ix.Source.Size]}, nil)
+			readThrough(t, ix, newMemSource(fuzzNoise[:ix.Source.Size]), nil)
 		}
 	})
 }

@@ -39,7 +39,7 @@ func checkSpans(t *testing.T, obj []byte) {
 	if err != nil || int64(len(want)) != ix.TarSize {
 		t.Fatalf("sequential decode: %d bytes, %v; the pass found %d", len(want), err, ix.TarSize)
 	}
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{})
 	defer r.Close()
 	for i, cp := range ix.Checkpoints {
 		if cp.Kind == kindLocal {
@@ -69,7 +69,7 @@ func FuzzZstdFrames(f *testing.F) {
 	f.Add(packed.Bytes())
 	f.Fuzz(func(t *testing.T, obj []byte) {
 		checkSpans(t, obj)
-		LoadEmbedded(context.Background(), &memSource{data: obj}, fetch.Identity{Size: int64(len(obj))})
+		LoadEmbedded(context.Background(), newMemSource(obj), fetch.Identity{Size: int64(len(obj))})
 	})
 }
 

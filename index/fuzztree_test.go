@@ -23,6 +23,8 @@ import (
 	"github.com/ulikunitz/xz"
 
 	"github.com/tarmount/tarmount/fetch"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // Helpers of the fuzz targets that read through an index: a small tar
@@ -72,8 +74,7 @@ const (
 // files never share a name.
 func fuzzTree(b []byte) []byte {
 	in := &fuzzInput{b: b}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	var entries []tarbuild.Entry
 	mtime := time.Unix(1700000000, 123456789)
 	budget := fuzzTreeBytes
 	var files []string
@@ -82,47 +83,44 @@ func fuzzTree(b []byte) []byte {
 		k := in.byte()
 		dir := dirs[k>>3&3]
 		name := dir + "f" + strconv.Itoa(int(k>>5))
-		h := &tar.Header{Name: name, Mode: 0o644, ModTime: mtime, Uid: 1000, Gid: 100, Uname: "user", Gname: "users",
-			Typeflag: tar.TypeReg, Format: tar.FormatPAX}
-		var data []byte
+		e := tarbuild.Entry{Name: name, Mode: 0o644, ModTime: mtime, Uid: 1000, Gid: 100, Uname: "user", Gname: "users",
+			Type: tar.TypeReg}
 		switch k & 7 {
 		case 0, 1, 2, 3:
 			size := min(fuzzSize(in.u16()), budget)
 			c := in.byte()
-			data = fuzzContent(c, uint64(n), size)
+			e.Body = fuzzContent(c, uint64(n), size)
 			budget -= size
-			h.Size = int64(size)
 			if c&0x80 != 0 {
-				h.PAXRecords = map[string]string{"SCHILY.xattr.user.k" + strconv.Itoa(n): string(data[:min(len(data), 8)])}
+				e.Xattrs = map[string]string{"user.k" + strconv.Itoa(n): string(e.Body[:min(len(e.Body), 8)])}
 			}
 			files = append(files, name)
 		case 4:
-			h.Typeflag, h.Mode = tar.TypeDir, 0o755
-			if h.Name = dir; dir == "" {
-				h.Name = "x/"
+			e.Type, e.Mode = tar.TypeDir, 0o755
+			if e.Name = dir; dir == "" {
+				e.Name = "x/"
 			}
 		case 5:
-			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, "../f0", 0o777
+			e.Type, e.Link, e.Mode = tar.TypeSymlink, "../f0", 0o777
 		case 6:
 			if len(files) == 0 {
 				continue
 			}
-			h.Typeflag, h.Linkname = tar.TypeLink, files[int(k>>5)%len(files)]
+			e.Type, e.Link = tar.TypeLink, files[int(k>>5)%len(files)]
 		case 7:
-			tw.Flush()
 			member, stored := sparseMember(in, name, uint64(n), budget)
-			buf.Write(member)
+			entries = append(entries, tarbuild.Entry{Raw: member})
 			budget -= stored
 			files = append(files, name)
 			continue
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			panic(err) // the headers above are all valid
-		}
-		tw.Write(data)
+		entries = append(entries, e)
 	}
-	tw.Close()
-	return buf.Bytes()
+	raw, err := tarbuild.GoErr(tar.FormatPAX, entries...)
+	if err != nil {
+		panic(err) // the headers above are all valid
+	}
+	return raw
 }
 
 // fuzzSize maps two bytes to a size: mostly small, up to 32 KiB.
@@ -184,50 +182,14 @@ func sparseMember(in *fuzzInput, name string, seed uint64, budget int) ([]byte, 
 	for _, c := range chunks {
 		sparseMap += fmt.Sprintf("%d\n%d\n", c.Offset, c.Length)
 	}
-	body := append(padBlock([]byte(sparseMap)), data...)
-	pax := paxRecord("GNU.sparse.major", "1") + paxRecord("GNU.sparse.minor", "0") +
-		paxRecord("GNU.sparse.name", name) + paxRecord("GNU.sparse.realsize", strconv.FormatInt(size, 10))
-	var out []byte
-	out = append(out, ustarHeader("PaxHeaders/"+path.Base(name), 'x', int64(len(pax)))...)
-	out = append(out, padBlock([]byte(pax))...)
-	out = append(out, ustarHeader(path.Dir(name)+"/GNUSparseFile.0/"+path.Base(name), '0', int64(len(body)))...)
-	return append(out, padBlock(body)...), stored
-}
-
-// paxRecord formats one PAX record: its length (itself included), the
-// key and the value.
-func paxRecord(k, v string) string {
-	s := " " + k + "=" + v + "\n"
-	n := len(s)
-	for len(strconv.Itoa(n))+len(s) != n {
-		n = len(strconv.Itoa(n)) + len(s)
-	}
-	return strconv.Itoa(n) + s
-}
-
-// ustarHeader returns a ustar header block.
-func ustarHeader(name string, typ byte, size int64) []byte {
-	h := make([]byte, 512)
-	copy(h, name)
-	copy(h[100:], "0000644\x00")
-	copy(h[108:], "0001750\x00")
-	copy(h[116:], "0000144\x00")
-	copy(h[124:], fmt.Sprintf("%011o\x00", size))
-	copy(h[136:], fmt.Sprintf("%011o\x00", 1700000000))
-	h[156] = typ
-	copy(h[257:], "ustar\x0000")
-	copy(h[148:], "        ")
-	sum := 0
-	for _, c := range h {
-		sum += int(c)
-	}
-	copy(h[148:], fmt.Sprintf("%06o\x00 ", sum))
-	return h
-}
-
-// padBlock pads b with zeros to a multiple of 512 bytes.
-func padBlock(b []byte) []byte {
-	return append(b, make([]byte, (512-len(b)%512)%512)...)
+	body := make([]byte, tarbuild.Padded(len(sparseMap)), tarbuild.Padded(len(sparseMap))+len(data))
+	copy(body, sparseMap)
+	body = append(body, data...)
+	return tarbuild.Members(tarbuild.Member{
+		Name: path.Dir(name) + "/GNUSparseFile.0/" + path.Base(name), Body: string(body), Uid: 1000, Gid: 100,
+		PAX: []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=" + name,
+			"GNU.sparse.realsize=" + strconv.FormatInt(size, 10)},
+	}), stored
 }
 
 // tarContents reads raw sequentially with archive/tar and returns the
@@ -456,7 +418,7 @@ func fuzzIndex(t testing.TB, obj []byte, embedded bool, span int64) (*Index, *me
 	var ix *Index
 	var err error
 	if embedded {
-		ix, err = LoadEmbedded(context.Background(), &memSource{data: obj}, id)
+		ix, err = LoadEmbedded(context.Background(), newMemSource(obj), id)
 	} else {
 		ix, err = Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: span, Local: local})
 	}

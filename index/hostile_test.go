@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
-	"github.com/tarmount/tarmount/tests/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
 )
 
 // hostileAlloc bounds what an index pass may allocate in all over a
@@ -70,7 +70,7 @@ func TestBuildHostile(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("got error %v, want the archive read", r.err)
 			}
-			rd := NewReader(r.ix, &memSource{data: tc.Data}, ReaderOptions{})
+			rd := NewReader(r.ix, newMemSource(tc.Data), ReaderOptions{})
 			defer rd.Close()
 			for p, want := range tc.Files {
 				id, ok := r.ix.LookupPath(p)

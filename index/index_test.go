@@ -3,7 +3,6 @@ package index
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -14,18 +13,22 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/inflate"
 	"github.com/tarmount/tarmount/index/tarscan"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+
+	"github.com/tarmount/tarmount/internal/testutil/memsrc"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// member describes one tar member for tarBytes.
+// member describes one tar member for tarBytes: the fields the tests of
+// this package read back.
 type member struct {
 	name, link string
 	typ        byte
@@ -34,41 +37,16 @@ type member struct {
 	xattrs     map[string]string
 }
 
-// tarBytes writes members with Go's archive/tar in PAX format.
+// tarBytes writes members with tarbuild in PAX format, owned by
+// user:users (1000:100), with a sub-second mtime.
 func tarBytes(t testing.TB, members []member) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mtime := time.Unix(1700000000, 123456789)
-	for _, m := range members {
-		h := &tar.Header{Name: m.name, Linkname: m.link, Typeflag: m.typ, Mode: m.mode, ModTime: mtime,
-			Uid: 1000, Gid: 100, Uname: "user", Gname: "users", Format: tar.FormatPAX}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(m.data))
-		}
-		for k, v := range m.xattrs {
-			if h.PAXRecords == nil {
-				h.PAXRecords = map[string]string{}
-			}
-			h.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(m.data); err != nil {
-			t.Fatal(err)
-		}
+	entries := make([]tarbuild.Entry, len(members))
+	for i, m := range members {
+		entries[i] = tarbuild.Entry{Name: m.name, Link: m.link, Type: m.typ, Body: m.data, Mode: m.mode, Xattrs: m.xattrs,
+			Uid: 1000, Gid: 100, Uname: "user", Gname: "users", ModTime: time.Unix(1700000000, 123456789)}
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return tarbuild.Go(t, tar.FormatPAX, entries...)
 }
 
 // scaled returns n, or an eighth of it under the race detector.
@@ -79,32 +57,11 @@ func scaled(n int) int {
 	return n
 }
 
-func gzipBytes(data []byte, level int) []byte {
-	var buf bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&buf, level)
-	w.Write(data)
-	w.Close()
-	return buf.Bytes()
-}
-
 // memSource serves an in-memory object and counts what it serves.
-type memSource struct {
-	data     []byte
-	requests atomic.Int64
-	bytes    atomic.Int64
-}
+type memSource = memsrc.Source[fetch.Identity]
 
-func (m *memSource) ReadAt(_ context.Context, p []byte, off int64) (int, error) {
-	m.requests.Add(1)
-	if off >= int64(len(m.data)) {
-		return 0, io.EOF
-	}
-	n := copy(p, m.data[off:])
-	m.bytes.Add(int64(n))
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
+func newMemSource(data []byte) *memSource {
+	return memsrc.New(data, fetch.Identity{Size: int64(len(data))})
 }
 
 func build(t testing.TB, obj []byte, span int64) *Index {
@@ -164,11 +121,11 @@ func TestBuildEntries(t *testing.T) {
 		obj  []byte
 	}{
 		{"tar", raw},
-		{"gzip", gzipBytes(raw, 6)},
+		{"gzip", tarbuild.GzipLevel(raw, 6)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := build(t, tc.obj, 1<<20)
-			src := &memSource{data: tc.obj}
+			src := newMemSource(tc.obj)
 			r := NewReader(ix, src, ReaderOptions{})
 			defer r.Close()
 			files := map[string]string{
@@ -253,20 +210,17 @@ func TestRandomAccess(t *testing.T) {
 	big := randomData(3, scaled(7<<20))
 	raw := tarBytes(t, []member{{name: "big", data: big}, {name: "small", data: []byte("tail")}})
 	// Multi-member: 1 MiB pieces compressed separately.
-	var multi bytes.Buffer
-	for i := 0; i < len(raw); i += 1 << 20 {
-		multi.Write(gzipBytes(raw[i:min(i+1<<20, len(raw))], 6))
-	}
+	multi := tarbuild.GzipMembers(raw, 1<<20, 6)
 	for _, tc := range []struct {
 		name string
 		obj  []byte
-	}{{"single", gzipBytes(raw, 6)}, {"multi", multi.Bytes()}, {"fast", gzipBytes(raw, 1)}} {
+	}{{"single", tarbuild.GzipLevel(raw, 6)}, {"multi", multi}, {"fast", tarbuild.GzipLevel(raw, 1)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := build(t, tc.obj, int64(scaled(512<<10)))
 			if len(ix.Checkpoints) < 5 {
 				t.Fatalf("got %d checkpoints, want at least 5", len(ix.Checkpoints))
 			}
-			r := NewReader(ix, &memSource{data: tc.obj}, ReaderOptions{CacheBytes: 1 << 20})
+			r := NewReader(ix, newMemSource(tc.obj), ReaderOptions{CacheBytes: 1 << 20})
 			defer r.Close()
 			id, _ := ix.LookupPath("big")
 			base := int64(ix.Entry(id).DataOffset)
@@ -305,9 +259,9 @@ func TestColdReadFetchesOneSpan(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		members = append(members, member{name: fmt.Sprintf("f%02d", i), data: randomData(uint64(i), 500<<10)})
 	}
-	obj := gzipBytes(tarBytes(t, members), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, members), 6)
 	ix := build(t, obj, 1<<20)
-	src := &memSource{data: obj}
+	src := newMemSource(obj)
 	r := NewReader(ix, src, ReaderOptions{})
 	defer r.Close()
 	id, _ := ix.LookupPath("f27")
@@ -323,19 +277,19 @@ func TestColdReadFetchesOneSpan(t *testing.T) {
 		}
 		maxSpan = max(maxSpan, end-int64(ix.Checkpoints[i].In))
 	}
-	if src.requests.Load() != 1 || src.bytes.Load() > maxSpan {
-		t.Errorf("got %d requests and %d bytes, want 1 request of at most %d bytes", src.requests.Load(), src.bytes.Load(), maxSpan)
+	if src.Requests() != 1 || src.Bytes() > maxSpan {
+		t.Errorf("got %d requests and %d bytes, want 1 request of at most %d bytes", src.Requests(), src.Bytes(), maxSpan)
 	}
 }
 
 func TestCorruptSpan(t *testing.T) {
-	obj := gzipBytes(tarBytes(t, []member{{name: "f", data: randomData(5, 3<<20)}}), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, []member{{name: "f", data: randomData(5, 3<<20)}}), 6)
 	ix := build(t, obj, 512<<10)
 	id, _ := ix.LookupPath("f")
 	for _, flip := range []int64{int64(ix.Checkpoints[2].In) + 100, int64(ix.Checkpoints[3].In) + 5000} {
 		bad := bytes.Clone(obj)
 		bad[flip] ^= 0x55
-		r := NewReader(ix, &memSource{data: bad}, ReaderOptions{})
+		r := NewReader(ix, newMemSource(bad), ReaderOptions{})
 		var sawErr bool
 		for off := int64(0); off < ix.Entry(id).Size; off += 256 << 10 {
 			buf := make([]byte, 256<<10)
@@ -361,7 +315,7 @@ func TestCorruptSpan(t *testing.T) {
 
 func TestBuildErrors(t *testing.T) {
 	raw := tarBytes(t, sampleMembers())
-	gz := gzipBytes(raw, 6)
+	gz := tarbuild.GzipLevel(raw, 6)
 	for _, tc := range []struct {
 		name string
 		obj  []byte
@@ -372,7 +326,7 @@ func TestBuildErrors(t *testing.T) {
 		{"zstd cut short", []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, ErrCorrupt},
 		{"zip", []byte("PK\x03\x04 and more"), ErrUnsupported},
 		{"bzip2 header only", []byte("BZh9 not really"), ErrUnsupported},
-		{"gzip of text", gzipBytes(bytes.Repeat([]byte("not a tar "), 100), 6), ErrUnsupported},
+		{"gzip of text", tarbuild.GzipLevel(bytes.Repeat([]byte("not a tar "), 100), 6), ErrUnsupported},
 		{"truncated gzip", gz[:len(gz)/2], nil},
 		{"truncated tar", raw[:len(raw)/2+100], nil},
 	} {
@@ -393,7 +347,7 @@ func TestBuildErrors(t *testing.T) {
 // an empty tree, plain as well as compressed.
 func TestEmptyArchive(t *testing.T) {
 	raw := tarBytes(t, nil)
-	for name, obj := range map[string][]byte{"tar": raw, "gnu tar": make([]byte, 10240), "gzip": gzipBytes(raw, 6)} {
+	for name, obj := range map[string][]byte{"tar": raw, "gnu tar": make([]byte, 10240), "gzip": tarbuild.GzipLevel(raw, 6)} {
 		t.Run(name, func(t *testing.T) {
 			ix := build(t, obj, 0)
 			if ix.Len() != 1 || len(ix.Children(RootID)) != 0 {
@@ -404,7 +358,7 @@ func TestEmptyArchive(t *testing.T) {
 }
 
 func TestFormatRoundTrip(t *testing.T) {
-	obj := gzipBytes(tarBytes(t, sampleMembers()), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, sampleMembers()), 6)
 	ix := build(t, obj, 1<<20)
 	ix.Source.LastModified = time.Unix(1700000000, 0)
 	data, err := ix.Marshal()
@@ -423,7 +377,7 @@ func TestFormatRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n got %+v\nwant %+v", got, ix)
 	}
 	// Reads through the loaded index work.
-	r := NewReader(got, &memSource{data: obj}, ReaderOptions{})
+	r := NewReader(got, newMemSource(obj), ReaderOptions{})
 	defer r.Close()
 	id, _ := got.LookupPath("dir/big.bin")
 	if !bytes.Equal(readAll(t, r, id), sampleMembers()[2].data) {
@@ -584,7 +538,7 @@ func headerFor(name string, flag byte, mode, mtime int64, xattrs map[string]stri
 func readaheadArchive(t *testing.T, spans int) (data, obj []byte, ix *Index, id EntryID, base int64) {
 	t.Helper()
 	data = randomData(12, 3<<20)
-	obj = gzipBytes(tarBytes(t, []member{{name: "f", data: data}}), 6)
+	obj = tarbuild.GzipLevel(tarBytes(t, []member{{name: "f", data: data}}), 6)
 	ix = build(t, obj, 128<<10)
 	if len(ix.Checkpoints) < spans {
 		t.Fatalf("got %d checkpoints, want at least %d", len(ix.Checkpoints), spans)
@@ -627,7 +581,7 @@ func TestReadahead(t *testing.T) {
 
 	// The window grows while reads stay sequential: 0, 1, 2, 4 spans
 	// (slots to spare, whatever the number of cores).
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 4})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: 4})
 	r.slots = make(chan struct{}, 16)
 	defer r.Close()
 	for _, step := range []struct {
@@ -649,7 +603,7 @@ func TestReadahead(t *testing.T) {
 
 	// A read at the start of a file reads ahead at once, the whole
 	// window.
-	fresh := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: 6})
+	fresh := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: 6})
 	fresh.slots = make(chan struct{}, 16)
 	defer fresh.Close()
 	if _, err := fresh.ReadAt(context.Background(), id, make([]byte, 100), 0); err != nil {
@@ -660,9 +614,9 @@ func TestReadahead(t *testing.T) {
 	}
 
 	// A small file inside one span does not read ahead.
-	small := gzipBytes(tarBytes(t, []member{{name: "s", data: randomData(13, 5000)}, {name: "big", data: data}}), 6)
+	small := tarbuild.GzipLevel(tarBytes(t, []member{{name: "s", data: randomData(13, 5000)}, {name: "big", data: data}}), 6)
 	six := build(t, small, 128<<10)
-	sr := NewReader(six, &memSource{data: small}, ReaderOptions{Readahead: 2})
+	sr := NewReader(six, newMemSource(small), ReaderOptions{Readahead: 2})
 	defer sr.Close()
 	sid, _ := six.LookupPath("s")
 	if _, err := sr.ReadAt(context.Background(), sid, make([]byte, 4096), 0); err != nil {
@@ -674,7 +628,7 @@ func TestReadahead(t *testing.T) {
 	}
 	sr.mu.Unlock()
 
-	off := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
+	off := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: -1})
 	defer off.Close()
 	read(off, 5)
 	read(off, 6)
@@ -699,7 +653,7 @@ func (g *gatedSource) ReadAt(ctx context.Context, p []byte, off int64) (int, err
 			return 0, ctx.Err()
 		}
 	}
-	return (&memSource{data: g.data}).ReadAt(ctx, p, off)
+	return (newMemSource(g.data)).ReadAt(ctx, p, off)
 }
 
 // TestReadaheadLeavesASlot checks that readahead never takes the last free
@@ -763,7 +717,7 @@ func TestBuildOnMember(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		obj  []byte
-	}{{"tar", raw}, {"gzip", gzipBytes(raw, 6)}} {
+	}{{"tar", raw}, {"gzip", tarbuild.GzipLevel(raw, 6)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var names []string
 			got := map[string][]byte{}
@@ -836,9 +790,9 @@ func TestReaderStats(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		members = append(members, member{name: fmt.Sprintf("f%02d", i), data: randomData(uint64(i), 300<<10)})
 	}
-	obj := gzipBytes(tarBytes(t, members), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, members), 6)
 	ix := build(t, obj, 1<<20)
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Readahead: -1})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: -1})
 	defer r.Close()
 	id, _ := ix.LookupPath("f05")
 	buf := make([]byte, 100)
@@ -858,12 +812,12 @@ func TestReaderStats(t *testing.T) {
 // buffer of an earlier one shares its memory and still gives the bytes
 // of a fresh decode.
 func TestDecodeSpanIntoReuses(t *testing.T) {
-	obj := gzipBytes(tarBytes(t, sampleMembers()), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, sampleMembers()), 6)
 	ix := build(t, obj, 4096)
 	if len(ix.Checkpoints) < 3 {
 		t.Fatalf("got %d checkpoints, want at least 3", len(ix.Checkpoints))
 	}
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{})
 	defer r.Close()
 	ctx := context.Background()
 	buf, err := r.DecodeSpan(ctx, 0)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/tarscan"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // gatedReader yields obj up to a limit that the test raises; a read at the
@@ -90,7 +92,7 @@ func (l *lockedFile) ReadAt(p []byte, off int64) (int, error) {
 // Live; with local, the pass writes a decoded copy that the Live reads.
 func startPass(t *testing.T, obj []byte, limit int, span int64, local bool) *pass {
 	t.Helper()
-	p := &pass{gate: newGatedReader(obj, limit), src: &memSource{data: obj}, done: make(chan struct{})}
+	p := &pass{gate: newGatedReader(obj, limit), src: newMemSource(obj), done: make(chan struct{})}
 	opts := BuildOptions{Span: span}
 	var ropts ReaderOptions
 	if local {
@@ -208,7 +210,7 @@ func TestLiveServesDuringThePass(t *testing.T) {
 		local bool // stream-only: read from the decoded copy as it grows
 	}{
 		{"tar", func(_ testing.TB, raw []byte) []byte { return raw }, false},
-		{"gzip", func(_ testing.TB, raw []byte) []byte { return gzipBytes(raw, 6) }, false},
+		{"gzip", func(_ testing.TB, raw []byte) []byte { return tarbuild.GzipLevel(raw, 6) }, false},
 		{"zstd-frames", zstdFrames(256 << 10), false},
 		{"zstd-one-frame", zstdStream, true},
 		{"lz4", lz4Go(lz4.BlockSizeOption(lz4.Block64Kb)), false},
@@ -306,8 +308,8 @@ func TestLiveIDsAcrossServe(t *testing.T) {
 		{name: "a/x", data: v2},
 		{name: "c", link: "b", typ: tar.TypeLink},
 	})
-	obj := gzipBytes(raw, 6)
-	live := NewLive(&memSource{data: obj}, ReaderOptions{})
+	obj := tarbuild.GzipLevel(raw, 6)
+	live := NewLive(newMemSource(obj), ReaderOptions{})
 	defer live.Close()
 	var old EntryID
 	ix, err := Build(context.Background(), bytes.NewReader(obj), fetch.Identity{Size: int64(len(obj))}, BuildOptions{
@@ -330,7 +332,7 @@ func TestLiveIDsAcrossServe(t *testing.T) {
 	for _, d := range live.Children(RootID) {
 		before[d.Name] = d.ID
 	}
-	r := NewReader(ix, &memSource{data: obj}, ReaderOptions{})
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{})
 	defer r.Close()
 	live.Serve(r)
 	if !live.Complete() {
@@ -371,7 +373,7 @@ func TestLiveIDsAcrossServe(t *testing.T) {
 // A pass that fails fails every call that waits for it, with the reason.
 func TestLivePassFails(t *testing.T) {
 	raw := tarBytes(t, []member{{name: "a", data: randomData(1, 1<<20)}, {name: "b", data: randomData(2, 1<<20)}})
-	obj := gzipBytes(raw, 6)
+	obj := tarbuild.GzipLevel(raw, 6)
 	p := startPass(t, obj, len(obj)/4, 64<<10, false)
 	ctx := context.Background()
 	missing := within(func() error { return p.live.WaitName(ctx, RootID, "nope") })
@@ -392,7 +394,7 @@ func TestLivePassFails(t *testing.T) {
 
 // A cancelled wait returns the context's error.
 func TestLiveWaitCancelled(t *testing.T) {
-	obj := gzipBytes(tarBytes(t, []member{{name: "a", data: randomData(1, 1<<20)}}), 6)
+	obj := tarbuild.GzipLevel(tarBytes(t, []member{{name: "a", data: randomData(1, 1<<20)}}), 6)
 	p := startPass(t, obj, 100, 64<<10, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := within(func() error { return p.live.WaitListing(ctx) })

@@ -29,7 +29,7 @@ func TestLocalDamaged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
 			var damaged []int
-			r := NewReader(ix, &memSource{}, ReaderOptions{
+			r := NewReader(ix, newMemSource(nil), ReaderOptions{
 				Local:     &memFile{data: tc.damage(bytes.Clone(local.data))},
 				Readahead: -1,
 				LocalDamaged: func(i int) {

@@ -26,13 +26,13 @@ func TestPack(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj := packed.Bytes()
-	src := &memSource{data: obj}
+	src := newMemSource(obj)
 	id := fetch.Identity{Size: int64(len(obj)), ETag: `"p"`}
 	ix, err := LoadEmbedded(context.Background(), src, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := src.requests.Load(); n > 2 {
+	if n := src.Requests(); n > 2 {
 		t.Errorf("reading the embedded index took %d requests, want at most 2", n)
 	}
 	if ix.Source != id || ix.Codec != CodecZstd || ix.TarSize != int64(len(raw)) {
@@ -98,7 +98,7 @@ func TestLoadEmbeddedOthers(t *testing.T) {
 			continue
 		}
 		obj := tc.make(t, raw)
-		_, err := LoadEmbedded(context.Background(), &memSource{data: obj}, fetch.Identity{Size: int64(len(obj))})
+		_, err := LoadEmbedded(context.Background(), newMemSource(obj), fetch.Identity{Size: int64(len(obj))})
 		if !errors.Is(err, ErrNoEmbeddedIndex) {
 			t.Errorf("%s: got %v, want ErrNoEmbeddedIndex", tc.name, err)
 		}

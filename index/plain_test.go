@@ -11,35 +11,6 @@ import (
 	"github.com/tarmount/tarmount/fetch"
 )
 
-// rangeSource is a fetch.Source over an in-memory object that records the
-// ranges it serves.
-type rangeSource struct {
-	memFile
-
-	mu     sync.Mutex
-	ranges [][2]int64 // guarded by mu: offset and length of each read
-}
-
-func (s *rangeSource) ReadAt(_ context.Context, p []byte, off int64) (int, error) {
-	s.mu.Lock()
-	s.ranges = append(s.ranges, [2]int64{off, int64(len(p))})
-	s.mu.Unlock()
-	return s.memFile.ReadAt(p, off)
-}
-
-func (s *rangeSource) Identity() fetch.Identity { return fetch.Identity{Size: int64(len(s.data))} }
-func (s *rangeSource) String() string           { return "mem" }
-func (s *rangeSource) Close() error             { return nil }
-
-// reads returns the ranges read so far and forgets them.
-func (s *rangeSource) reads() [][2]int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.ranges
-	s.ranges = nil
-	return r
-}
-
 // plainBlockBytes is the block size of the plain-read tests: smaller than
 // the default so that the archive stays small, larger than pieceBytes.
 const plainBlockBytes = 1 << 20
@@ -50,7 +21,7 @@ const plainBlockBytes = 1 << 20
 type plainFixture struct {
 	obj    []byte
 	ix     *Index
-	src    *rangeSource
+	src    *memSource
 	blocks *fetch.Blocks
 	r      *Reader
 	files  map[string][]byte
@@ -80,7 +51,7 @@ func newPlainFixture(t *testing.T) *plainFixture {
 	if f.ix.Codec != CodecNone {
 		t.Fatalf("codec %s, want a plain tar", f.ix.Codec)
 	}
-	f.src = &rangeSource{memFile: memFile{data: f.obj}}
+	f.src = newMemSource(f.obj)
 	f.blocks = fetch.NewBlocks(f.src, fetch.BlocksOptions{BlockSize: plainBlockBytes, Workers: 4})
 	t.Cleanup(func() { f.blocks.Close() })
 	f.r = NewReader(f.ix, f.blocks, ReaderOptions{})
@@ -118,7 +89,7 @@ func (f *plainFixture) check(name string, off, n int64) error {
 // in all.
 func (f *plainFixture) exact() (exact [][2]int64, fetched int64) {
 	size := int64(len(f.obj))
-	for _, rg := range f.src.reads() {
+	for _, rg := range f.src.TakeRanges() {
 		fetched += rg[1]
 		if rg[0]%plainBlockBytes != 0 || rg[1] != min(plainBlockBytes, size-rg[0]) {
 			exact = append(exact, rg)
@@ -140,7 +111,7 @@ func TestPlainSmallFile(t *testing.T) {
 	for off := int64(0); off < 300<<10; off += 128 << 10 {
 		f.read(t, "small", off, 128<<10)
 	}
-	got := f.src.reads()
+	got := f.src.TakeRanges()
 	want := [][2]int64{{f.dataOffset("small"), 300 << 10}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("reads of a small file fetched %v, want %v (one exact range)", got, want)
@@ -154,10 +125,10 @@ func TestPlainCachedBlocks(t *testing.T) {
 	if _, err := f.blocks.ReadAt(t.Context(), make([]byte, 300<<10), start); err != nil {
 		t.Fatal(err)
 	}
-	f.src.reads()
+	f.src.TakeRanges()
 	f.read(t, "small", 0, 128<<10)
 	f.read(t, "small", 200<<10, 100<<10)
-	if got := f.src.reads(); len(got) != 0 {
+	if got := f.src.TakeRanges(); len(got) != 0 {
 		t.Errorf("reads in cached blocks fetched %v, want nothing", got)
 	}
 }
@@ -169,7 +140,7 @@ func TestPlainRandomRead(t *testing.T) {
 	f.read(t, "big", 3<<20+1000, 4096)
 	f.read(t, "big", 3<<20+128<<10, 128<<10)
 	f.read(t, "big", 3<<20, 10)
-	got := f.src.reads()
+	got := f.src.TakeRanges()
 	want := [][2]int64{{f.dataOffset("big") + 3<<20, pieceBytes}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("random reads in a large file fetched %v, want %v (one piece)", got, want)

@@ -113,7 +113,7 @@ func FuzzRandomAccess(f *testing.F) {
 		if span&0x8000 != 0 {
 			cache = 2 * spanBytes
 		}
-		r := NewReader(ix, &memSource{data: obj}, ReaderOptions{CacheBytes: cache, Local: local})
+		r := NewReader(ix, newMemSource(obj), ReaderOptions{CacheBytes: cache, Local: local})
 		defer r.Close()
 		checkAllSpans(t, r, raw)
 		checkContents(t, r, ix, tarContents(t, raw), rand.New(rand.NewPCG(xxhash.Sum64(tree), uint64(span))))
@@ -221,7 +221,7 @@ func FuzzCorruptSpans(f *testing.F) {
 			obj = bytes.Clone(obj)
 			hits = damage(obj, edits)
 		}
-		r := NewReader(a.ix, &memSource{data: obj}, ReaderOptions{CacheBytes: 1 << 20, Local: local})
+		r := NewReader(a.ix, newMemSource(obj), ReaderOptions{CacheBytes: 1 << 20, Local: local})
 		defer r.Close()
 		// Only the spans whose bytes were damaged are decoded, and the
 		// files with data in them read: the others read as they did

@@ -107,7 +107,7 @@ func BenchmarkXzColdSpan(b *testing.B) {
 			i := len(ix.Checkpoints) / 2
 			b.SetBytes(ix.spanEnd(i) - int64(ix.Checkpoints[i].Out))
 			b.ReportAllocs()
-			src := &memSource{data: bc.obj}
+			src := newMemSource(bc.obj)
 			for b.Loop() {
 				r := NewReader(ix, src, ReaderOptions{Readahead: -1})
 				if _, err := r.DecodeSpan(context.Background(), i); err != nil {
@@ -115,7 +115,7 @@ func BenchmarkXzColdSpan(b *testing.B) {
 				}
 				r.Close()
 			}
-			b.ReportMetric(float64(src.bytes.Load())/float64(b.N), "fetched-B/op")
+			b.ReportMetric(float64(src.Bytes())/float64(b.N), "fetched-B/op")
 		})
 	}
 }

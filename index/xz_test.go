@@ -46,7 +46,7 @@ func TestXzCorruptBlock(t *testing.T) {
 					t.Errorf("pass over the damaged archive: got %v, want ErrCorrupt", err)
 				}
 
-				r := NewReader(ix, &memSource{data: bad}, ReaderOptions{Readahead: -1})
+				r := NewReader(ix, newMemSource(bad), ReaderOptions{Readahead: -1})
 				defer r.Close()
 				if _, err := r.DecodeSpan(context.Background(), k); !errors.Is(err, ErrCorrupt) {
 					t.Errorf("span %d of the damaged block: got %v, want ErrCorrupt", k, err)
@@ -78,7 +78,7 @@ func TestXzSpanFetch(t *testing.T) {
 	raw := tarBytes(t, []member{{name: "f", data: data}})
 	obj := cli("xz", "-T2", "--block-size=32KiB")(t, raw)
 	ix := build(t, obj, 64<<10)
-	src := &memSource{data: obj}
+	src := newMemSource(obj)
 	r := NewReader(ix, src, ReaderOptions{Readahead: -1})
 	defer r.Close()
 	id, _ := ix.LookupPath("f")
@@ -92,8 +92,8 @@ func TestXzSpanFetch(t *testing.T) {
 	}
 	i := ix.span(int64(ix.Entry(id).DataOffset) + off)
 	want := int64(ix.Checkpoints[i+1].In - ix.Checkpoints[i].In)
-	if got := src.bytes.Load(); got != want || src.requests.Load() != 1 {
-		t.Errorf("fetched %d bytes in %d requests, want %d in 1", got, src.requests.Load(), want)
+	if got := src.Bytes(); got != want || src.Requests() != 1 {
+		t.Errorf("fetched %d bytes in %d requests, want %d in 1", got, src.Requests(), want)
 	}
 }
 
@@ -129,7 +129,7 @@ func TestXzBigBlocks(t *testing.T) {
 			if tc.name == "sizes" && local.writes >= int64(len(raw)) {
 				t.Errorf("local copy got %d bytes, want less than the tar (%d)", local.writes, len(raw))
 			}
-			r := NewReader(ix, &memSource{data: obj}, ReaderOptions{Local: local})
+			r := NewReader(ix, newMemSource(obj), ReaderOptions{Local: local})
 			defer r.Close()
 			id, _ := ix.LookupPath("f")
 			if got := readAll(t, r, id); !bytes.Equal(got, data) {

@@ -2,17 +2,15 @@ package materialize
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // manyDirsArchive writes a .tar.gz with more directories than the tests
@@ -23,27 +21,15 @@ import (
 // take search and write away.
 func manyDirsArchive(t *testing.T, path string) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw := gzip.NewWriter(f)
-	tw := tar.NewWriter(zw)
-	mtime := time.Unix(1700000000, 0)
-	add := func(h *tar.Header, body string) {
-		h.ModTime, h.Format = mtime, tar.FormatPAX
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(body))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(body)); err != nil {
-			t.Fatal(err)
-		}
+	var entries []tarbuild.Entry
+	add := func(e tarbuild.Entry, body string) {
+		e.Body = []byte(body)
+		entries = append(entries, e)
 	}
 	dir := func(name string, mode int64) {
-		add(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, Uid: 1000, Gid: 1000}, "")
+		// Mode 0 is the default 0755 for tarbuild: set it on the header.
+		entries = append(entries, tarbuild.Entry{Type: tar.TypeDir, Name: name + "/", Uid: 1000, Gid: 1000,
+			Tweak: func(h *tar.Header) { h.Mode = mode }})
 	}
 	var files []string
 	for a := range 20 {
@@ -59,30 +45,28 @@ func manyDirsArchive(t *testing.T, path string) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	rng.Shuffle(len(files), func(i, k int) { files[i], files[k] = files[k], files[i] })
 	for i, name := range files {
-		add(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Uid: 1000, Gid: 1000},
+		add(tarbuild.Entry{Type: tar.TypeReg, Name: name, Mode: 0o644, Uid: 1000, Gid: 1000},
 			strings.Repeat(name+"\n", 1+i%50))
 		if i%97 == 0 {
-			add(&tar.Header{Typeflag: tar.TypeLink, Name: files[(i+500)%len(files)] + ".link", Linkname: name}, "")
-			add(&tar.Header{Typeflag: tar.TypeSymlink, Name: files[(i+900)%len(files)] + ".sym", Linkname: "../../" + name}, "")
+			add(tarbuild.Entry{Type: tar.TypeLink, Name: files[(i+500)%len(files)] + ".link", Link: name}, "")
+			add(tarbuild.Entry{Type: tar.TypeSymlink, Name: files[(i+900)%len(files)] + ".sym", Link: "../../" + name}, "")
 		}
 	}
 	deep := "deep"
 	for i := range 300 {
 		dir(deep, 0o755)
-		add(&tar.Header{Typeflag: tar.TypeReg, Name: deep + "/level", Mode: 0o600}, fmt.Sprintf("level %d\n", i))
+		add(tarbuild.Entry{Type: tar.TypeReg, Name: deep + "/level", Mode: 0o600}, fmt.Sprintf("level %d\n", i))
 		deep += fmt.Sprintf("/l%d", i)
 	}
 	// No search for anyone but root, then no write either: their
 	// children are written and given their metadata first.
 	dir("locked", 0o700)
 	dir("locked/inner", 0o755)
-	add(&tar.Header{Typeflag: tar.TypeReg, Name: "locked/inner/f", Mode: 0o644}, "locked in\n")
+	add(tarbuild.Entry{Type: tar.TypeReg, Name: "locked/inner/f", Mode: 0o644}, "locked in\n")
 	dir("locked/inner", 0o000)
 	dir("locked", 0o500)
-	for _, c := range []func() error{tw.Close, zw.Close, f.Close} {
-		if err := c(); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(path, tarbuild.Gzip(tarbuild.Go(t, tar.FormatPAX, entries...)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -98,7 +82,7 @@ func TestManyDirectories(t *testing.T) {
 	archive := filepath.Join(work, "many-dirs.tar.gz")
 	manyDirsArchive(t, archive)
 	ref := filepath.Join(work, "ref")
-	corpus.Extract(t, archive, ref)
+	tarbuild.Extract(t, archive, ref)
 	const limit, writers = 8, 4
 	for _, cold := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cold=%v", cold), func(t *testing.T) {

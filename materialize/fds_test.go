@@ -10,6 +10,8 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // openFDs counts the descriptors this process holds.
@@ -27,10 +29,10 @@ func openFDs(t *testing.T) int {
 // keeps its job until unmounted), in both modes.
 func TestRunReleasesDirectories(t *testing.T) {
 	const dirs = 200
-	var members []tarMember
+	var members []tarbuild.Entry
 	for i := range dirs {
 		d := fmt.Sprintf("d%03d/", i)
-		members = append(members, tarMember{name: d, typ: '5'}, tarMember{name: d + "f", body: "file in " + d})
+		members = append(members, tarbuild.Entry{Name: d, Type: '5'}, tarbuild.Entry{Name: d + "f", Body: []byte("file in " + d)})
 	}
 	archive := filepath.Join(t.TempDir(), "a.tar.gz")
 	writeTar(t, archive, members, true)

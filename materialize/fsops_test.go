@@ -12,7 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 func TestCreatePerm(t *testing.T) {
@@ -111,10 +113,10 @@ func TestSetgidDir(t *testing.T) {
 	}
 	work := t.TempDir()
 	archive := filepath.Join(work, "a.tar")
-	writeTar(t, archive, []tarMember{
-		{name: "d/", typ: tar.TypeDir},
-		{name: "d/f", body: "f"},
-		{name: "g", body: "g", uid: 7, gid: 8},
+	writeTar(t, archive, []tarbuild.Entry{
+		{Name: "d/", Type: tar.TypeDir},
+		{Name: "d/f", Body: []byte("f")},
+		{Name: "g", Body: []byte("g"), Uid: 7, Gid: 8},
 	}, false)
 	for _, cold := range []bool{false, true} {
 		out := filepath.Join(work, map[bool]string{false: "indexed", true: "cold"}[cold])
@@ -148,12 +150,12 @@ func TestSetgidDir(t *testing.T) {
 func TestNoTmpfile(t *testing.T) {
 	work := t.TempDir()
 	archive := filepath.Join(work, "a.tar.gz")
-	members := []tarMember{
-		{name: "d/", typ: tar.TypeDir},
-		{name: "d/f", body: "file f", mode: 0o640},
-		{name: "d/x", body: "#!/bin/sh\n", mode: 0o755},
-		{name: "e", body: ""},
-		{name: "d/h", link: "d/f", typ: tar.TypeLink},
+	members := []tarbuild.Entry{
+		{Name: "d/", Type: tar.TypeDir},
+		{Name: "d/f", Body: []byte("file f"), Mode: 0o640},
+		{Name: "d/x", Body: []byte("#!/bin/sh\n"), Mode: 0o755},
+		{Name: "e", Body: []byte("")},
+		{Name: "d/h", Link: "d/f", Type: tar.TypeLink},
 	}
 	writeTar(t, archive, members, true)
 	for _, cold := range []bool{false, true} {
@@ -184,31 +186,31 @@ func TestNoTmpfile(t *testing.T) {
 func TestEarlyPlacementConflicts(t *testing.T) {
 	tests := []struct {
 		name    string
-		members []tarMember
+		members []tarbuild.Entry
 	}{
-		{"duplicate file", []tarMember{
-			{name: "x", body: "first"}, {name: "x", body: "second"},
+		{"duplicate file", []tarbuild.Entry{
+			{Name: "x", Body: []byte("first")}, {Name: "x", Body: []byte("second")},
 		}},
-		{"same name spelled twice", []tarMember{
-			{name: "./f", body: "dot"}, {name: "f", body: "plain"}, {name: "/g", body: "abs"},
+		{"same name spelled twice", []tarbuild.Entry{
+			{Name: "./f", Body: []byte("dot")}, {Name: "f", Body: []byte("plain")}, {Name: "/g", Body: []byte("abs")},
 		}},
-		{"file then directory", []tarMember{
-			{name: "d", body: "file"}, {name: "d/", typ: tar.TypeDir}, {name: "d/f", body: "in d"},
+		{"file then directory", []tarbuild.Entry{
+			{Name: "d", Body: []byte("file")}, {Name: "d/", Type: tar.TypeDir}, {Name: "d/f", Body: []byte("in d")},
 		}},
-		{"directory then file", []tarMember{
-			{name: "d/", typ: tar.TypeDir}, {name: "d/f", body: "in d"}, {name: "d", body: "file over dir"},
+		{"directory then file", []tarbuild.Entry{
+			{Name: "d/", Type: tar.TypeDir}, {Name: "d/f", Body: []byte("in d")}, {Name: "d", Body: []byte("file over dir")},
 		}},
-		{"symlink then file below it", []tarMember{
-			{name: "t/", typ: tar.TypeDir}, {name: "a", link: "t", typ: tar.TypeSymlink}, {name: "a/b", body: "through a"},
+		{"symlink then file below it", []tarbuild.Entry{
+			{Name: "t/", Type: tar.TypeDir}, {Name: "a", Link: "t", Type: tar.TypeSymlink}, {Name: "a/b", Body: []byte("through a")},
 		}},
-		{"hard link then its target again", []tarMember{
-			{name: "x", body: "one"}, {name: "y", link: "x", typ: tar.TypeLink}, {name: "x", body: "two"},
+		{"hard link then its target again", []tarbuild.Entry{
+			{Name: "x", Body: []byte("one")}, {Name: "y", Link: "x", Type: tar.TypeLink}, {Name: "x", Body: []byte("two")},
 		}},
-		{"implicit directories", []tarMember{
-			{name: "p/q/r/s/f", body: "deep"}, {name: "p/q/", typ: tar.TypeDir, mode: 0o750},
+		{"implicit directories", []tarbuild.Entry{
+			{Name: "p/q/r/s/f", Body: []byte("deep")}, {Name: "p/q/", Type: tar.TypeDir, Mode: 0o750},
 		}},
-		{"reserved name", []tarMember{
-			{name: stateDirName + "/journal", body: "not ours"}, {name: "ok", body: "ok"},
+		{"reserved name", []tarbuild.Entry{
+			{Name: stateDirName + "/journal", Body: []byte("not ours")}, {Name: "ok", Body: []byte("ok")},
 		}},
 	}
 	for _, tt := range tests {
@@ -261,12 +263,12 @@ func TestBufList(t *testing.T) {
 // one: every file holds its bytes, written slabs are kept for reuse, and
 // the whole budget is free again at the end.
 func TestStageSlabs(t *testing.T) {
-	var members []tarMember
+	var members []tarbuild.Entry
 	for i := range 300 {
 		body := strings.Repeat(fmt.Sprintf("member %d\n", i), 300+i)
-		members = append(members, tarMember{name: fmt.Sprintf("d%d/f%d", i%7, i), body: body})
+		members = append(members, tarbuild.Entry{Name: fmt.Sprintf("d%d/f%d", i%7, i), Body: []byte(body)})
 	}
-	members = append(members, tarMember{name: "big", body: strings.Repeat("0123456789abcdef", 160<<10)})
+	members = append(members, tarbuild.Entry{Name: "big", Body: []byte(strings.Repeat("0123456789abcdef", 160<<10))})
 	tests := []struct {
 		name   string
 		memory int64
@@ -285,12 +287,12 @@ func TestStageSlabs(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, m := range members {
-				got, err := os.ReadFile(filepath.Join(out, m.name))
+				got, err := os.ReadFile(filepath.Join(out, m.Name))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if string(got) != m.body {
-					t.Fatalf("%s: got %d bytes, want %d", m.name, len(got), len(m.body))
+				if string(got) != string(m.Body) {
+					t.Fatalf("%s: got %d bytes, want %d", m.Name, len(got), len(m.Body))
 				}
 			}
 			if len(j.stage.slabFree.free) == 0 {

@@ -3,7 +3,6 @@ package materialize
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -13,13 +12,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/hostile"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // fileSource reads a local archive.
@@ -78,7 +77,7 @@ func TestRoundTrip(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("owners and devices need root")
 	}
-	specs := []corpus.Spec{
+	specs := []tarbuild.Spec{
 		{Tool: "gnutar", Format: "posix", Codec: "gzip"},
 		{Tool: "gnutar", Format: "gnu", Codec: "none"},
 		{Tool: "bsdtar", Format: "pax", Codec: "gzip-multi"},
@@ -107,9 +106,9 @@ func TestRoundTrip(t *testing.T) {
 					corpus.MakeTree(t, treeSrc, o)
 				}
 				archive := filepath.Join(dir, "a"+spec.Ext())
-				corpus.Archive(t, treeSrc, archive, spec)
+				tarbuild.Archive(t, treeSrc, archive, spec)
 				ref := filepath.Join(dir, "ref")
-				corpus.Extract(t, archive, ref)
+				tarbuild.Extract(t, archive, ref)
 				out := filepath.Join(dir, "out")
 				j, err := extract(t, archive, out, cold, Options{Writers: 4, Decoders: 3})
 				if err != nil {
@@ -145,7 +144,7 @@ func TestMalicious(t *testing.T) {
 				work := t.TempDir()
 				outside := hostile.MakeSentinel(t, work)
 				archive := filepath.Join(t.TempDir(), "evil.tar.gz")
-				if err := os.WriteFile(archive, hostile.Gzip(tc.Archive(outside)), 0o644); err != nil {
+				if err := os.WriteFile(archive, tarbuild.Gzip(tc.Archive(outside)), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				out := filepath.Join(work, "out")
@@ -178,51 +177,12 @@ func TestMalicious(t *testing.T) {
 	}
 }
 
-type tarMember struct {
-	name, body, link string
-	typ              byte
-	mode             int64 // 0: 0644 for files, 0755 for directories
-	uid, gid         int
-}
-
 // writeTar writes members as a pax tar, gzipped when gz.
-func writeTar(t *testing.T, path string, members []tarMember, gz bool) {
+func writeTar(t *testing.T, path string, members []tarbuild.Entry, gz bool) {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, m := range members {
-		h := &tar.Header{Name: m.name, Linkname: m.link, Typeflag: m.typ, Mode: 0o644, Size: int64(len(m.body)),
-			ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
-		if m.typ == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Typeflag != tar.TypeReg {
-			h.Size = 0
-		}
-		if h.Typeflag == tar.TypeDir {
-			h.Mode = 0o755
-		}
-		if m.mode != 0 {
-			h.Mode = m.mode
-		}
-		h.Uid, h.Gid = m.uid, m.gid
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Size > 0 {
-			tw.Write([]byte(m.body))
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data := buf.Bytes()
+	data := tarbuild.Go(t, tar.FormatPAX, members...)
 	if gz {
-		var z bytes.Buffer
-		w := gzip.NewWriter(&z)
-		w.Write(data)
-		w.Close()
-		data = z.Bytes()
+		data = tarbuild.Gzip(data)
 	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -234,7 +194,7 @@ func writeTar(t *testing.T, path string, members []tarMember, gz bool) {
 func TestRefusesForeignDir(t *testing.T) {
 	work := t.TempDir()
 	archive := filepath.Join(work, "a.tar")
-	writeTar(t, archive, []tarMember{{name: "f", body: "new"}}, false)
+	writeTar(t, archive, []tarbuild.Entry{{Name: "f", Body: []byte("new")}}, false)
 	out := filepath.Join(work, "out")
 	os.Mkdir(out, 0o755)
 	os.WriteFile(filepath.Join(out, "f"), []byte("old"), 0o644)

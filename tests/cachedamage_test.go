@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // savedIndex returns the path of the one index saved under cache.
@@ -29,7 +30,7 @@ func savedIndex(t *testing.T, cache string) string {
 // same state is refused with a clear error.
 func TestDamagedSavedIndex(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoSparse: true, NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoSparse: true, NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	cache := filepath.Join(f.work, "cache")
 	mount(t, f.url, "--cache-dir", cache, "--span", "65536", "--wait-index").stop(t) // builds and saves the index
 	path := savedIndex(t, cache)
@@ -39,7 +40,7 @@ func TestDamagedSavedIndex(t *testing.T) {
 	}
 	// The index of another archive (same tree, archived by Go: another
 	// size and ETag).
-	corpus.Archive(t, f.src, filepath.Join(filepath.Dir(f.archive), "b.tar.gz"), corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
+	tarbuild.Archive(t, f.src, filepath.Join(filepath.Dir(f.archive), "b.tar.gz"), tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
 	other := filepath.Join(f.work, "b.idx")
 	if out, err := runCLI(t, "index", f.base+"/b.tar.gz", "-o", other, "--cache-dir", filepath.Join(f.work, "cache-b")); err != nil {
 		t.Fatalf("tarmount index: %v\n%s", err, out)
@@ -136,7 +137,7 @@ func lastLine(out string) string {
 // fetch.TestDiskCacheCrash check each kind of damage on the cache itself.)
 func TestDamagedDiskCache(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	cache := filepath.Join(f.work, "cache")
 	// Small blocks: the index pass leaves many entries.
 	args := []string{"--cache-dir", cache, "--span", "262144", "--block-size", "65536"}
@@ -252,7 +253,7 @@ func TestDamagedDecodedCopy(t *testing.T) {
 	if err := os.Mkdir(served, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	corpus.Archive(t, f.src, filepath.Join(served, "a.tar.zst"), corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd"})
+	tarbuild.Archive(t, f.src, filepath.Join(served, "a.tar.zst"), tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd"})
 	base, _ := serve(t, served)
 	f.url = base + "/a.tar.zst"
 	cache := filepath.Join(f.work, "cache")

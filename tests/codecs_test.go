@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // TestMountEveryCodec mounts the corpus tree compressed with every codec
@@ -42,7 +43,7 @@ func TestMountEveryCodec(t *testing.T) {
 		{"xz-mt", false, ""},
 	}
 	for _, tc := range cases {
-		spec := corpus.Spec{Tool: "gnutar", Format: "posix", Codec: tc.codec}
+		spec := tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: tc.codec}
 		span := tc.span
 		if span == "" {
 			span = "262144"
@@ -65,8 +66,8 @@ func TestMountEveryCodec(t *testing.T) {
 			}
 			corpus.MakeTree(t, src, corpus.TreeOptionsFor(spec))
 			archive := filepath.Join(served, "archive"+spec.Ext())
-			corpus.Archive(t, src, archive, spec)
-			corpus.Extract(t, archive, ref)
+			tarbuild.Archive(t, src, archive, spec)
+			tarbuild.Extract(t, archive, ref)
 			base, _ := serve(t, served)
 			cache := filepath.Join(work, "cache")
 			for i, url := range []string{archive, base + "/" + filepath.Base(archive)} {
@@ -131,7 +132,7 @@ func TestPackMountsWithoutPass(t *testing.T) {
 	}
 	corpus.MakeTree(t, src, corpus.TreeOptions{})
 	xzArchive := filepath.Join(work, "in.tar.xz")
-	corpus.Archive(t, src, xzArchive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "xz"})
+	tarbuild.Archive(t, src, xzArchive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "xz"})
 	base, h := serve(t, served)
 	for _, in := range []string{src, xzArchive} {
 		name := "from-dir.tar.zst"
@@ -148,7 +149,7 @@ func TestPackMountsWithoutPass(t *testing.T) {
 				t.Fatalf("zstd -d | tar -t: %v\n%s", err, out)
 			}
 			ref := filepath.Join(work, "ref-"+name)
-			corpus.Extract(t, packed, ref)
+			tarbuild.Extract(t, packed, ref)
 			st, err := os.Stat(packed)
 			if err != nil {
 				t.Fatal(err)

@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // stallHandler holds every range request while stalled, until released or
@@ -69,7 +70,7 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 // nothing open.
 func TestKill9WithReadsInFlight(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	gate := &stallHandler{h: shaped.NewHandler(filepath.Dir(f.archive), shaped.Options{}), release: make(chan struct{})}
 	srv := httptest.NewServer(gate)
 	t.Cleanup(func() {

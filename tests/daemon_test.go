@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // TestNotifySocket runs a mount as systemd runs a Type=notify service: a
@@ -23,7 +24,7 @@ import (
 // and SIGTERM must bring STOPPING=1 and a clean exit.
 func TestNotifySocket(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true, Many: 2000}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true, Many: 2000}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	sockPath := filepath.Join(f.work, "notify.sock")
 	sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
 	if err != nil {
@@ -113,7 +114,7 @@ func TestNotifySocket(t *testing.T) {
 // command fail with the reason, and leaves nothing mounted or running.
 func TestDaemon(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	mnt := filepath.Join(f.work, "mnt")
 	os.Mkdir(mnt, 0o755)
 	logFile := filepath.Join(f.work, "server.log")
@@ -194,7 +195,7 @@ func TestMountHelper(t *testing.T) {
 	}
 	t.Cleanup(func() { os.Remove(link) })
 
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	mnt, mat, logFile := filepath.Join(f.work, "mnt"), filepath.Join(f.work, "mat"), filepath.Join(f.work, "server.log")
 	os.Mkdir(mnt, 0o755)
 	t.Cleanup(func() {
@@ -260,7 +261,7 @@ func (f *fixture) extracted(t *testing.T) string {
 	if err := os.Mkdir(ref, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	corpus.Extract(t, f.archive, ref)
+	tarbuild.Extract(t, f.archive, ref)
 	return ref
 }
 

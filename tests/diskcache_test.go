@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // TestRemountFromDiskCache mounts an archive over HTTP, reads every file,
@@ -20,7 +21,7 @@ import (
 // bytes.
 func TestRemountFromDiskCache(t *testing.T) {
 	needFUSE(t)
-	for _, spec := range []corpus.Spec{
+	for _, spec := range []tarbuild.Spec{
 		{Tool: "gnutar", Format: "posix", Codec: "gzip"},
 		{Tool: "gnutar", Format: "posix", Codec: "none"},
 	} {

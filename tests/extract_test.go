@@ -17,9 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // runExtract runs `tarmount extract URL DIR args...` and returns its
@@ -41,21 +42,21 @@ func runExtract(t *testing.T, url, dir string, args ...string) string {
 func TestExtractMatchesTarExtract(t *testing.T) {
 	needFUSE(t)
 	cases := []struct {
-		spec corpus.Spec
+		spec tarbuild.Spec
 		many int
 	}{
-		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, 2000},
-		{corpus.Spec{Tool: "gnutar", Format: "gnu", Codec: "none"}, 0},
-		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip-multi"}, 0},
-		{corpus.Spec{Tool: "go", Format: "ustar", Codec: "pigz"}, 0},
-		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd-multi"}, 0},
-		{corpus.Spec{Tool: "go", Format: "pax", Codec: "zstd-seekable"}, 0},
-		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "lz4"}, 0},
-		{corpus.Spec{Tool: "gnutar", Format: "gnu", Codec: "lz4-linked"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, 2000},
+		{tarbuild.Spec{Tool: "gnutar", Format: "gnu", Codec: "none"}, 0},
+		{tarbuild.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip-multi"}, 0},
+		{tarbuild.Spec{Tool: "go", Format: "ustar", Codec: "pigz"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd-multi"}, 0},
+		{tarbuild.Spec{Tool: "go", Format: "pax", Codec: "zstd-seekable"}, 0},
+		{tarbuild.Spec{Tool: "bsdtar", Format: "pax", Codec: "lz4"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "gnu", Codec: "lz4-linked"}, 0},
 		// Stream-only: extract runs one pass each time; --materialize
 		// reads spans from the decoded copy the mount's pass wrote.
-		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd"}, 0},
-		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "xz"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "zstd"}, 0},
+		{tarbuild.Spec{Tool: "bsdtar", Format: "pax", Codec: "xz"}, 0},
 	}
 	if raceEnabled {
 		cases[0].many = 200
@@ -70,8 +71,8 @@ func TestExtractMatchesTarExtract(t *testing.T) {
 			opts.Many = tc.many
 			corpus.MakeTree(t, src, opts)
 			archive := filepath.Join(served, "a"+tc.spec.Ext())
-			corpus.Archive(t, src, archive, tc.spec)
-			corpus.Extract(t, archive, ref)
+			tarbuild.Archive(t, src, archive, tc.spec)
+			tarbuild.Extract(t, archive, ref)
 			base, _ := serve(t, served)
 			url := base + "/" + filepath.Base(archive)
 			cache := filepath.Join(work, "cache")
@@ -169,8 +170,8 @@ func TestExtractKill9Resumes(t *testing.T) {
 	}
 	corpus.MakeTree(t, src, corpus.TreeOptions{Many: many})
 	archive := filepath.Join(served, "a.tar.gz")
-	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
-	corpus.Extract(t, archive, ref)
+	tarbuild.Archive(t, src, archive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	tarbuild.Extract(t, archive, ref)
 	st, _ := os.Stat(archive)
 	// Slow enough that the extraction takes a few seconds.
 	h := shaped.NewHandler(served, shaped.Options{Rate: st.Size() / 4, Latency: 5 * time.Millisecond})
@@ -409,7 +410,7 @@ func TestExtractManyDirectories(t *testing.T) {
 	if out, err := exec.Command("tar", "-C", src, "-czf", archive, "top").CombinedOutput(); err != nil {
 		t.Fatalf("tar: %v: %s", err, out)
 	}
-	corpus.Extract(t, archive, ref)
+	tarbuild.Extract(t, archive, ref)
 	base, _ := serve(t, served)
 	url := base + "/a.tar.gz"
 	cache := filepath.Join(work, "cache")

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
 )
 
 // s3Proxy forwards requests to an S3 server after a delay each, through

@@ -45,9 +45,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // faultSlack is what a bound on a read's time allows beyond
@@ -77,8 +78,8 @@ func newFaultArchive(t *testing.T) *faultArchive {
 	}
 	corpus.MakeTree(t, src, corpus.TreeOptions{Many: 300})
 	a.path = filepath.Join(served, "a.tar.gz")
-	corpus.Archive(t, src, a.path, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
-	corpus.Extract(t, a.path, a.ref)
+	tarbuild.Archive(t, src, a.path, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	tarbuild.Extract(t, a.path, a.ref)
 	st, err := os.Stat(a.path)
 	if err != nil {
 		t.Fatal(err)

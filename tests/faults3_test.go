@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
 )
 
 // TestFaultsS3Transient: TestFaultsTransient from S3 (versitygw behind a

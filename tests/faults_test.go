@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // flakyRates are the faults of a flaky server: 5% of ranged GETs
@@ -98,7 +99,7 @@ func readDirect(path string) ([]byte, error) {
 // bytes of the new archive.
 func TestMountFaults(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	base, h := serveFaulty(t, filepath.Dir(f.archive))
 	url := base + "/" + filepath.Base(f.archive)
 	cache := filepath.Join(f.work, "cache")

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
 )
 
 // TestFaultsTLS: certificates that must not be accepted. At open, a

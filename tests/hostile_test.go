@@ -11,7 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // hostileRSS bounds the peak resident memory of one command on a hostile
@@ -157,14 +158,14 @@ func TestHostileArchives(t *testing.T) {
 func TestDamagedAfterIndex(t *testing.T) {
 	needFUSE(t)
 	tarData, _ := hostile.Sample()
-	zst, _ := hostile.ZstdFrames(tarData, 64<<10)
+	zst, _ := tarbuild.ZstdFrames(tarData, 64<<10)
 	for _, codec := range []struct {
 		name string
 		data []byte
 	}{
-		{"gzip", hostile.Gzip(tarData)},
+		{"gzip", tarbuild.Gzip(tarData)},
 		{"zstd", zst},
-		{"lz4", hostile.LZ4(tarData, false)},
+		{"lz4", tarbuild.LZ4(tarData, false)},
 		{"tar", tarData},
 	} {
 		t.Run(codec.name, func(t *testing.T) {

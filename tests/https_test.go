@@ -9,9 +9,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // TestMountHTTPS mounts an archive from an HTTPS server that offers
@@ -20,12 +21,12 @@ import (
 // with --http1.
 func TestMountHTTPS(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	ref := filepath.Join(f.work, "ref")
 	if err := os.Mkdir(ref, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	corpus.Extract(t, f.archive, ref)
+	tarbuild.Extract(t, f.archive, ref)
 
 	h := shaped.NewHandler(filepath.Dir(f.archive), shaped.Options{})
 	var mu sync.Mutex

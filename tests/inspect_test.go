@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // lsEntry is what the test reads of a line of tarmount ls --json.
@@ -113,7 +114,7 @@ func modeLetters(typ, octal string) string {
 // tar extracts; and checks that cat of a small file with a saved index
 // fetches about one span, not the archive.
 func TestInspect(t *testing.T) {
-	for _, spec := range []corpus.Spec{
+	for _, spec := range []tarbuild.Spec{
 		{Tool: "gnutar", Format: "posix", Codec: "gzip"},
 		{Tool: "bsdtar", Format: "pax", Codec: "none"},
 		{Tool: "go", Format: "gnu", Codec: "zstd-multi"},
@@ -211,7 +212,7 @@ func TestInspect(t *testing.T) {
 
 			// get writes the subtree as tar -x does (modes, mtimes, data).
 			ref := filepath.Join(f.work, "ref")
-			corpus.Extract(t, f.archive, ref)
+			tarbuild.Extract(t, f.archive, ref)
 			dst := filepath.Join(f.work, "get")
 			run("get", f.url, corpus.PathMany, corpus.PathReadme, "-C", dst, "--cache-dir", cache)
 			treecmp.Compare(t, filepath.Join(ref, corpus.PathMany), filepath.Join(dst, corpus.PathMany),
@@ -258,7 +259,7 @@ func TestInspect(t *testing.T) {
 
 // tarInput returns a file GNU tar -tv can read: archive itself, or for
 // codecs GNU tar does not sniff, a decompressed copy.
-func tarInput(t *testing.T, archive string, spec corpus.Spec) string {
+func tarInput(t *testing.T, archive string, spec tarbuild.Spec) string {
 	t.Helper()
 	var dec []string
 	switch {

@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/tests/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/hostile"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // ran is the outcome of one run of the binary.
@@ -175,7 +176,7 @@ func TestMaliciousCLI(t *testing.T) {
 			os.Mkdir(work, 0o755)
 			outside := hostile.MakeSentinel(t, work)
 			archive := filepath.Join(base, "evil.tar.gz")
-			if err := os.WriteFile(archive, hostile.Gzip(tc.Archive(outside)), 0o644); err != nil {
+			if err := os.WriteFile(archive, tarbuild.Gzip(tc.Archive(outside)), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			var skip []string

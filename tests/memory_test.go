@@ -11,7 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // peakRSS returns the peak resident set size of a process (VmHWM).
@@ -74,7 +75,7 @@ func TestMemoryBudget(t *testing.T) {
 		names = append(names, name)
 	}
 	archive := filepath.Join(work, "a.tar.gz")
-	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	tarbuild.Archive(t, src, archive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
 
 	const budget = 64 << 20
 	for _, readers := range []int{64, 256} {

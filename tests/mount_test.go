@@ -5,7 +5,6 @@ package tests
 
 import (
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +21,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // testMountName is the filesystem type of test mounts (fuse.tarmount-test),
@@ -225,7 +225,7 @@ type fixture struct {
 
 // newFixture makes a corpus tree with opts, archives it as spec under the
 // name file in a served directory, and serves that directory.
-func newFixture(t *testing.T, opts corpus.TreeOptions, spec corpus.Spec, file string) *fixture {
+func newFixture(t *testing.T, opts corpus.TreeOptions, spec tarbuild.Spec, file string) *fixture {
 	t.Helper()
 	f := &fixture{work: t.TempDir()}
 	f.src = filepath.Join(f.work, "src")
@@ -235,7 +235,7 @@ func newFixture(t *testing.T, opts corpus.TreeOptions, spec corpus.Spec, file st
 		t.Fatal(err)
 	}
 	f.archive = filepath.Join(served, file)
-	corpus.Archive(t, f.src, f.archive, spec)
+	tarbuild.Archive(t, f.src, f.archive, spec)
 	f.base, f.server = serve(t, served)
 	f.url = f.base + "/" + file
 	return f
@@ -247,17 +247,17 @@ func newFixture(t *testing.T, opts corpus.TreeOptions, spec corpus.Spec, file st
 func TestMountMatchesTarExtract(t *testing.T) {
 	needFUSE(t)
 	cases := []struct {
-		spec corpus.Spec
+		spec tarbuild.Spec
 		many int
 	}{
-		{corpus.Spec{Tool: "gnutar", Format: "gnu", Codec: "gzip"}, 0},
-		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, 0},
-		{corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "pigz"}, 12000},
-		{corpus.Spec{Tool: "gnutar", Format: "ustar", Codec: "gzip-multi"}, 0},
-		{corpus.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip"}, 0},
-		{corpus.Spec{Tool: "bsdtar", Format: "ustar", Codec: "none"}, 0},
-		{corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip-multi"}, 0},
-		{corpus.Spec{Tool: "go", Format: "gnu", Codec: "pigz"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "gnu", Codec: "gzip"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, 0},
+		{tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "pigz"}, 12000},
+		{tarbuild.Spec{Tool: "gnutar", Format: "ustar", Codec: "gzip-multi"}, 0},
+		{tarbuild.Spec{Tool: "bsdtar", Format: "pax", Codec: "gzip"}, 0},
+		{tarbuild.Spec{Tool: "bsdtar", Format: "ustar", Codec: "none"}, 0},
+		{tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip-multi"}, 0},
+		{tarbuild.Spec{Tool: "go", Format: "gnu", Codec: "pigz"}, 0},
 	}
 	for _, tc := range cases {
 		name := tc.spec.String()
@@ -277,8 +277,8 @@ func TestMountMatchesTarExtract(t *testing.T) {
 			opts.Many = tc.many
 			corpus.MakeTree(t, src, opts)
 			archive := filepath.Join(served, "archive"+tc.spec.Ext())
-			corpus.Archive(t, src, archive, tc.spec)
-			corpus.Extract(t, archive, ref)
+			tarbuild.Archive(t, src, archive, tc.spec)
+			tarbuild.Extract(t, archive, ref)
 			base, _ := serve(t, served)
 			for _, url := range []string{archive, base + "/" + filepath.Base(archive)} {
 				m := mount(t, url, "--cache-dir", filepath.Join(work, "cache"))
@@ -295,7 +295,7 @@ func TestMountMatchesTarExtract(t *testing.T) {
 // that an index of another archive is refused.
 func TestRemountUsesSavedIndex(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	work, src, url, base, h := f.work, f.src, f.url, f.base, f.server
 	cache := filepath.Join(work, "cache")
 
@@ -331,7 +331,7 @@ func TestRemountUsesSavedIndex(t *testing.T) {
 
 	// The same index for another archive is refused.
 	other := filepath.Join(filepath.Dir(f.archive), "b.tar.gz")
-	corpus.Archive(t, src, other, corpus.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
+	tarbuild.Archive(t, src, other, tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
 	mnt := t.TempDir()
 	out, err = exec.Command(binary, base+"/b.tar.gz", mnt, "--index", idx, "--mount-name", testMountName).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "another version") {
@@ -347,7 +347,7 @@ func TestRemountUsesSavedIndex(t *testing.T) {
 // read of the damaged span fails with EIO and never returns wrong bytes.
 func TestCorruptSpanGivesEIO(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	work, src, archive := f.work, f.src, f.archive
 	// The first mount builds and saves the index; its block cache still
 	// holds the archive as streamed, so damage is read by a second mount
@@ -421,7 +421,7 @@ func TestBadInputs(t *testing.T) {
 	src := filepath.Join(work, "src")
 	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
 	good := filepath.Join(work, "good.tar.gz")
-	corpus.Archive(t, src, good, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	tarbuild.Archive(t, src, good, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
 	data, _ := os.ReadFile(good)
 	write := func(name string, b []byte) string {
 		p := filepath.Join(work, name)
@@ -431,7 +431,7 @@ func TestBadInputs(t *testing.T) {
 		return p
 	}
 	plain := filepath.Join(work, "good.tar")
-	corpus.Archive(t, src, plain, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
+	tarbuild.Archive(t, src, plain, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
 	plainData, _ := os.ReadFile(plain)
 	mnt := t.TempDir()
 	cases := []struct {
@@ -440,7 +440,7 @@ func TestBadInputs(t *testing.T) {
 		{"truncated gzip", write("trunc.tar.gz", data[:len(data)/2]), mnt, "truncated"},
 		{"truncated tar", write("trunc.tar", plainData[:len(plainData)/2+700]), mnt, "truncated"},
 		{"text", write("notes.txt", []byte("hello, this is not an archive\n")), mnt, "not a tar archive"},
-		{"gzip of text", write("text.gz", gzipped(t, bytes.Repeat([]byte("text "), 1000))), mnt, "does not hold a tar archive"},
+		{"gzip of text", write("text.gz", tarbuild.Gzip(bytes.Repeat([]byte("text "), 1000))), mnt, "does not hold a tar archive"},
 		{"empty", write("empty", nil), mnt, "empty"},
 		{"missing file", filepath.Join(work, "nope.tar.gz"), mnt, "not found"},
 		{"bad scheme", "ftp://example.com/a.tar", mnt, "ftp"},
@@ -490,7 +490,7 @@ func TestMountpointInUse(t *testing.T) {
 	src := filepath.Join(work, "src")
 	corpus.MakeTree(t, src, corpus.TreeOptions{NoBigFiles: true})
 	archive := filepath.Join(work, "a.tar")
-	corpus.Archive(t, src, archive, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
+	tarbuild.Archive(t, src, archive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
 	m := mount(t, archive, "--cache-dir", filepath.Join(work, "cache"))
 	out, err := exec.Command(binary, archive, m.dir, "--mount-name", testMountName, "--cache-dir", filepath.Join(work, "cache")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "already mounted") {
@@ -501,23 +501,12 @@ func TestMountpointInUse(t *testing.T) {
 	}
 }
 
-func gzipped(t *testing.T, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
-	w.Write(b)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 // TestParallelReads reads random ranges of the big files through the mount
 // from 64 goroutines at once, with O_DIRECT for half of them so that the
 // reads reach tarmount instead of the page cache, and compares every byte.
 func TestParallelReads(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	src := f.src
 	// A small span and cache so that spans are decoded, evicted and
 	// decoded again while other readers wait for them.
@@ -584,7 +573,7 @@ func alignedBuffer(n int) []byte {
 // so, and the tree matches tar -x.
 func TestNoRangeServer(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	data, err := os.ReadFile(f.archive)
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +586,7 @@ func TestNoRangeServer(t *testing.T) {
 	defer srv.Close()
 	ref := filepath.Join(f.work, "ref")
 	os.Mkdir(ref, 0o755)
-	corpus.Extract(t, f.archive, ref)
+	tarbuild.Extract(t, f.archive, ref)
 	m := mount(t, srv.URL+"/a.tar.gz", "--cache-dir", filepath.Join(f.work, "cache"))
 	if !strings.Contains(m.stderr.String(), "ignores range requests") {
 		t.Errorf("no message about the server ignoring ranges:\n%s", m.stderr)

@@ -7,14 +7,15 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // TestOwnerAndAllowOther mounts with --uid, --gid and --allow-other: every
 // entry reports the given owner, and the kernel mount has allow_other.
 func TestOwnerAndAllowOther(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	m := mount(t, f.url, "--cache-dir", filepath.Join(f.work, "cache"), "--uid", "1234", "--gid", "4321", "--allow-other")
 	for _, p := range []string{"owners/user1000.txt", "owners/nobody.txt", "owners/dir1000", "owners/link1000"} {
 		var st syscall.Stat_t

@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // TestPlainTarReads checks what reads of a plain tar fetch through a
@@ -16,7 +17,7 @@ import (
 // bounded range, and a large file read whole its bytes about once.
 func TestPlainTarReads(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, "a.tar")
+	f := newFixture(t, corpus.TreeOptions{}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, "a.tar")
 	cache := filepath.Join(f.work, "cache")
 	if out, err := exec.Command(binary, "index", f.url, "--cache-dir", cache, "--cache-disk", "0").CombinedOutput(); err != nil {
 		t.Fatalf("tarmount index: %v\n%s", err, out)

@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // heldServer serves a directory, holding every range request that starts
@@ -110,7 +111,7 @@ func newProgressiveFixture(t *testing.T, limit float64) *progressiveFixture {
 }
 
 // newProgressiveFixtureOf is newProgressiveFixture with the archive
-// compressed by codec (a corpus.Spec codec), named a.tar.
+// compressed by codec (a tarbuild.Spec codec), named a.tar.
 func newProgressiveFixtureOf(t *testing.T, limit float64, codec string) *progressiveFixture {
 	t.Helper()
 	work := t.TempDir()
@@ -135,10 +136,10 @@ func newProgressiveFixtureOf(t *testing.T, limit float64, codec string) *progres
 			t.Fatal(err)
 		}
 	}
-	spec := corpus.Spec{Tool: "gnutar", Format: "posix", Codec: codec}
+	spec := tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: codec}
 	f.archive = filepath.Join(served, "a"+spec.Ext())
-	corpus.Archive(t, f.src, f.archive, spec)
-	corpus.Extract(t, f.archive, f.ref)
+	tarbuild.Archive(t, f.src, f.archive, spec)
+	tarbuild.Extract(t, f.archive, f.ref)
 	st, err := os.Stat(f.archive)
 	if err != nil {
 		t.Fatal(err)

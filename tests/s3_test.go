@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/s3server"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // s3Env gives tarmount processes started by t the server's root
@@ -40,7 +41,7 @@ func TestMountS3(t *testing.T) {
 	needFUSE(t)
 	srv := s3server.ForTest(t, s3server.Options{})
 	s3Env(t, srv)
-	spec := corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}
+	spec := tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}
 	work := t.TempDir()
 	src, ref := filepath.Join(work, "src"), filepath.Join(work, "ref")
 	if err := os.Mkdir(ref, 0o755); err != nil {
@@ -48,8 +49,8 @@ func TestMountS3(t *testing.T) {
 	}
 	corpus.MakeTree(t, src, corpus.TreeOptionsFor(spec))
 	archive := filepath.Join(work, "a.tar.gz")
-	corpus.Archive(t, src, archive, spec)
-	corpus.Extract(t, archive, ref)
+	tarbuild.Archive(t, src, archive, spec)
+	tarbuild.Extract(t, archive, ref)
 	srv.CreateBucket(t, "archives")
 	srv.PutFile(t, "archives", "dir/a.tar.gz", archive)
 	url := "s3://archives/dir/a.tar.gz"

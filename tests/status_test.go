@@ -19,7 +19,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/tarmount/tarmount/tests/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // statusJSON is the part of `tarmount status --json` that the tests check,
@@ -116,7 +117,7 @@ func tarEntries(t *testing.T, path string) int {
 // that status refuses, clearly, paths that are not a mount's root.
 func TestStatus(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	mat := filepath.Join(f.work, "mat")
 	m := mount(t, f.url, "--cache-dir", filepath.Join(f.work, "cache"), "--span", "65536", "--materialize", mat)
 	readTree(t, m.dir, f.src)
@@ -237,7 +238,7 @@ series:
 // and timed, and the bytes fetched are what the HTTP server served.
 func TestMetrics(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	m := mount(t, f.url, "--cache-dir", filepath.Join(f.work, "cache"), "--span", "65536", "--metrics-addr", "127.0.0.1:0")
 	match := metricsAddr.FindStringSubmatch(m.stderr.String())
 	if match == nil {

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/scripts/stress/load"
-	"github.com/tarmount/tarmount/tests/corpus"
 )
 
 // logWriter turns progress lines into test log lines.
@@ -27,7 +28,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 // checked (see scripts/stress/load for the rules).
 func TestStress(t *testing.T) {
 	needFUSE(t)
-	f := newFixture(t, corpus.TreeOptions{Many: 2000}, corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
+	f := newFixture(t, corpus.TreeOptions{Many: 2000}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	// A race in the server ends it at once, which the run reports.
 	t.Setenv("GORACE", "exitcode=66 halt_on_error=1")
 	c := load.Config{

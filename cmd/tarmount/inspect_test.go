@@ -17,6 +17,8 @@ import (
 
 	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/index"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // TestAppendJSON checks that entryView.appendJSON writes what
@@ -179,8 +181,7 @@ func TestLsOutput(t *testing.T) {
 // times, xattrs, a sparse file, and 12,000 names of 99 bytes (over a
 // megabyte of names).
 func awkwardTar(t *testing.T) []byte {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	var entries []tarbuild.Entry
 	mt := time.Date(2021, 7, 4, 23, 59, 58, 123456789, time.UTC)
 	add := func(h *tar.Header, data string) {
 		t.Helper()
@@ -193,13 +194,7 @@ func awkwardTar(t *testing.T) []byte {
 		if h.Uname == "" && h.Uid == 0 {
 			h.Uname, h.Gname, h.Uid, h.Gid = "ann", "staff", 1000, 50
 		}
-		h.Size = int64(len(data))
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("%q: %v", h.Name, err)
-		}
-		if _, err := tw.Write([]byte(data)); err != nil {
-			t.Fatal(err)
-		}
+		entries = append(entries, tarbuild.Entry{Hdr: h, Body: []byte(data)})
 	}
 	pax := tar.FormatPAX
 	add(&tar.Header{Typeflag: tar.TypeDir, Name: "dir/", Mode: 0o2775}, "")
@@ -230,51 +225,13 @@ func awkwardTar(t *testing.T) []byte {
 	for i := range 12000 {
 		add(&tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("many/%05d-%s", i, strings.Repeat("x", 88))}, "")
 	}
-	if err := tw.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	// A sparse file in pax format 0.1, which archive/tar does not write:
 	// 3000 bytes with data at 0 (10 bytes) and 2048 (5 bytes).
-	buf.Write(rawHeader(t, "././@PaxHeader", 'x', paxRecords(
-		"GNU.sparse.size", "3000", "GNU.sparse.numblocks", "2", "GNU.sparse.map", "0,10,2048,5")))
-	buf.Write(rawHeader(t, "z/sparse", '0', []byte("0123456789abcde")))
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// paxRecords encodes key, value pairs as pax extended header records.
-func paxRecords(kv ...string) []byte {
-	var b []byte
-	for i := 0; i < len(kv); i += 2 {
-		rec := " " + kv[i] + "=" + kv[i+1] + "\n"
-		n := len(rec) + 1
-		for len(fmt.Sprint(n))+len(rec) != n {
-			n++
-		}
-		b = fmt.Appendf(b, "%d%s", n, rec)
-	}
-	return b
-}
-
-// rawHeader returns a ustar header block for name of type typ, followed by
-// data padded to a block.
-func rawHeader(t *testing.T, name string, typ byte, data []byte) []byte {
-	b := make([]byte, 512, 512+len(data)+511)
-	copy(b[0:100], name)
-	copy(b[100:], "0000644\x000001750\x000000062\x00")
-	copy(b[124:], fmt.Sprintf("%011o\x00%011o\x00", len(data), 1625443198))
-	b[156] = typ
-	copy(b[257:], "ustar\x0000")
-	copy(b[148:156], "        ")
-	sum := 0
-	for _, c := range b {
-		sum += int(c)
-	}
-	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
-	b = append(b, data...)
-	return append(b, make([]byte, (512-len(data)%512)%512)...)
+	entries = append(entries, tarbuild.Entry{Raw: tarbuild.Members(tarbuild.Member{
+		Name: "z/sparse", Body: "0123456789abcde", Uid: 1000, Gid: 50, Mtime: 1625443198,
+		PAX: []string{"GNU.sparse.size=3000", "GNU.sparse.numblocks=2", "GNU.sparse.map=0,10,2048,5"},
+	})})
+	return tarbuild.Go(t, tar.FormatUnknown, entries...)
 }
 
 // refList is what ls printed before it wrote from entryView.

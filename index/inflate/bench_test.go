@@ -1,18 +1,17 @@
 package inflate
 
 import (
-	"archive/tar"
 	"bytes"
 	stdgzip "compress/gzip"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 
 	kgzip "github.com/klauspost/compress/gzip"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // benchInput is a gzip-compressed tar. TARMOUNT_BENCH_GZ names a .tar.gz to
@@ -22,27 +21,13 @@ var benchInput = sync.OnceValues(func() ([]byte, error) {
 	if p := os.Getenv("TARMOUNT_BENCH_GZ"); p != "" {
 		return os.ReadFile(p)
 	}
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
-	err := filepath.WalkDir(runtime.GOROOT(), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() || raw.Len() > 128<<20 {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		tw.WriteHeader(&tar.Header{Name: path, Mode: 0o644, Size: int64(len(data))})
-		_, err = tw.Write(data)
-		return err
-	})
+	raw, err := tarbuild.FilesOf(runtime.GOROOT(), 128<<20)
 	if err != nil {
 		return nil, err
 	}
-	tw.Close()
 	var comp bytes.Buffer
 	w, _ := kgzip.NewWriterLevel(&comp, 6)
-	w.Write(raw.Bytes())
+	w.Write(raw)
 	w.Close()
 	return comp.Bytes(), nil
 })

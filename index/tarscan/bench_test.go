@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 const benchMembers = 100_000
@@ -22,30 +24,24 @@ func benchArchive(b *testing.B, f tar.Format) []byte {
 	if v, ok := benchArchives.Load(f); ok {
 		return v.([]byte)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
 	content := bytes.Repeat([]byte("0123456789abcdef"), 25)
 	base := time.Unix(1_700_000_000, 0)
+	entries := make([]tarbuild.Entry, benchMembers)
 	for i := range benchMembers {
 		size := (i * 37) % 401
 		h := &tar.Header{
 			Name: fmt.Sprintf("dir%03d/file%06d.txt", i%100, i), Typeflag: tar.TypeReg, Mode: 0o644,
-			Size: int64(size), ModTime: base, Uid: 1000, Gid: 1000, Uname: "builder", Gname: "staff", Format: f,
+			ModTime: base, Uid: 1000, Gid: 1000, Uname: "builder", Gname: "staff", Format: f,
 		}
 		if f == tar.FormatPAX {
 			h.ModTime = base.Add(time.Duration(i) * 1234567)
 			h.AccessTime, h.ChangeTime = h.ModTime, h.ModTime
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			b.Fatal(err)
-		}
-		tw.Write(content[:size])
+		entries[i] = tarbuild.Entry{Hdr: h, Body: content[:size]}
 	}
-	if err := tw.Close(); err != nil {
-		b.Fatal(err)
-	}
-	benchArchives.Store(f, buf.Bytes())
-	return buf.Bytes()
+	data := tarbuild.Go(b, f, entries...)
+	benchArchives.Store(f, data)
+	return data
 }
 
 // BenchmarkScan scans an archive of 100k small files.

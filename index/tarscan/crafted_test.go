@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // H is the expected header of a member with mode 0644 (the builder's
@@ -56,20 +58,20 @@ func gnuSparseHeader(name string, realsize int64, chunks []SparseChunk) []byte {
 	}
 	putEntries := func(b []byte, cs []SparseChunk) {
 		for i, c := range cs {
-			putNum(b[i*24:i*24+12], c.Offset)
-			putNum(b[i*24+12:i*24+24], c.Length)
+			tarbuild.PutNumber(b[i*24:i*24+12], c.Offset)
+			tarbuild.PutNumber(b[i*24+12:i*24+24], c.Length)
 		}
 	}
 	first := chunks[:min(4, len(chunks))]
 	rest := chunks[len(first):]
 	var out bytes.Buffer
-	out.Write(hb{name: name, typeflag: 'S', mode: 0o644, size: stored, format: formatGNU, tweak: func(b []byte) {
+	out.Write(hb{Name: name, Typeflag: 'S', Mode: 0o644, Size: stored, Layout: tarbuild.GNU, Tweak: func(b []byte) {
 		putEntries(b[386:], first)
 		if len(rest) > 0 {
 			b[482] = 1
 		}
-		putNum(b[483:495], realsize)
-	}}.block())
+		tarbuild.PutNumber(b[483:495], realsize)
+	}}.Bytes())
 	for len(rest) > 0 {
 		blk := make([]byte, blockSize)
 		n := min(21, len(rest))
@@ -104,10 +106,10 @@ func craftedCases() []craftedCase {
 	// --- Formats and header fields. ---
 	{
 		a := &arch{}
-		a.file(hb{name: "v7file", typeflag: 0, uid: 7, gid: 8, mtime: 1000, format: formatV7}, hello)
-		a.hdr(hb{name: "v7dir/", typeflag: 0, mode: 0o755, format: formatV7})
-		a.hdr(hb{name: "v7dir0/", typeflag: '0', mode: 0o755, format: formatV7})
-		a.hdr(hb{name: "v7hard", typeflag: '1', linkname: "v7file", format: formatV7})
+		a.file(hb{Name: "v7file", Typeflag: 0, Uid: 7, Gid: 8, Mtime: 1000, Layout: tarbuild.V7}, hello)
+		a.hdr(hb{Name: "v7dir/", Typeflag: 0, Mode: 0o755, Layout: tarbuild.V7})
+		a.hdr(hb{Name: "v7dir0/", Typeflag: '0', Mode: 0o755, Layout: tarbuild.V7})
+		a.hdr(hb{Name: "v7hard", Typeflag: '1', Linkname: "v7file", Layout: tarbuild.V7})
 		add(craftedCase{name: "v7", data: a.end(), want: []Header{
 			H("v7file", TypeReg, 5, func(h *Header) { h.UID, h.GID, h.MTime = 7, 8, 1000e9 }),
 			H("v7dir/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
@@ -117,19 +119,19 @@ func craftedCases() []craftedCase {
 	}
 	{
 		a := &arch{}
-		a.file(hb{name: "é-signed", typeflag: '0', format: formatUSTAR, signedSum: true, uname: "ü"}, hello)
+		a.file(hb{Name: "é-signed", Typeflag: '0', Layout: tarbuild.USTAR, SignedSum: true, Uname: "ü"}, hello)
 		add(craftedCase{name: "signed checksum", data: a.end(), want: []Header{
 			H("é-signed", TypeReg, 5, func(h *Header) { h.Uname = "ü" }),
 		}})
 	}
 	{
 		a := &arch{}
-		a.Write(hb{name: "spaces", typeflag: '0', format: formatUSTAR, tweak: func(b []byte) {
+		a.Write(hb{Name: "spaces", Typeflag: '0', Layout: tarbuild.USTAR, Tweak: func(b []byte) {
 			copy(b[100:108], "    644 ")
 			copy(b[108:116], "\x00\x00  12 \x00")
 			copy(b[124:136], "         5 \x00")
 			copy(b[136:148], "17\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
-		}}.block())
+		}}.Bytes())
 		a.data(hello)
 		add(craftedCase{name: "octal with spaces and NULs", data: a.end(), want: []Header{
 			H("spaces", TypeReg, 5, func(h *Header) { h.UID, h.MTime = 0o12, 0o17*1e9 }),
@@ -137,12 +139,12 @@ func craftedCases() []craftedCase {
 	}
 	{
 		a := &arch{}
-		a.Write(hb{name: "b256", typeflag: '0', format: formatGNU, tweak: func(b []byte) {
-			putBase256(b[124:136], 5)
-			putBase256(b[108:116], 1<<40)
-			putBase256(b[136:148], -1234)
-			putBase256(b[100:108], 0o640)
-		}}.block())
+		a.Write(hb{Name: "b256", Typeflag: '0', Layout: tarbuild.GNU, Tweak: func(b []byte) {
+			tarbuild.PutBase256(b[124:136], 5)
+			tarbuild.PutBase256(b[108:116], 1<<40)
+			tarbuild.PutBase256(b[136:148], -1234)
+			tarbuild.PutBase256(b[100:108], 0o640)
+		}}.Bytes())
 		a.data(hello)
 		add(craftedCase{name: "base-256", data: a.end(), want: []Header{
 			H("b256", TypeReg, 5, func(h *Header) { h.UID, h.MTime, h.Mode = 1<<40, -1234e9, 0o640 }),
@@ -155,8 +157,8 @@ func craftedCases() []craftedCase {
 	}{
 		{"size base-256 overflow", func(b []byte) { copy(b[124:136], "\x81\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00") }, "size"},
 		{"size base-256 63 bits", func(b []byte) { copy(b[124:136], "\x80\x00\x00\x00\x80\x00\x00\x00\x00\x00\x00\x00") }, "size"},
-		{"negative size", func(b []byte) { putBase256(b[124:136], -512) }, "negative size"},
-		{"negative uid", func(b []byte) { putBase256(b[108:116], -1) }, "negative uid"},
+		{"negative size", func(b []byte) { tarbuild.PutBase256(b[124:136], -512) }, "negative size"},
+		{"negative uid", func(b []byte) { tarbuild.PutBase256(b[108:116], -1) }, "negative uid"},
 		{"octal garbage", func(b []byte) { copy(b[124:136], "0000012x4\x00\x00\x00") }, "size"},
 		{"octal digits after space", func(b []byte) { copy(b[100:108], "644 644\x00") }, "mode"},
 		{"eight in octal", func(b []byte) { copy(b[136:148], "00000000008\x00") }, "mtime"},
@@ -164,23 +166,23 @@ func craftedCases() []craftedCase {
 		{"bad gnu atime", func(b []byte) { copy(b[345:357], "abc") }, "atime"},
 	} {
 		a := &arch{}
-		a.file(hb{name: "ok", typeflag: '0', format: formatGNU}, hello)
-		a.Write(hb{name: "bad", typeflag: '0', format: formatGNU, size: 5, tweak: bad.tweak}.block())
+		a.file(hb{Name: "ok", Typeflag: '0', Layout: tarbuild.GNU}, hello)
+		a.Write(hb{Name: "bad", Typeflag: '0', Layout: tarbuild.GNU, Size: 5, Tweak: bad.tweak}.Bytes())
 		a.data(hello)
 		add(craftedCase{name: bad.name, data: a.end(), want: []Header{H("ok", TypeReg, 5)},
 			err: "ErrCorrupt", errHas: bad.has})
 	}
 	{
 		a := &arch{}
-		a.file(hb{name: "name", prefix: "star/prefix", typeflag: '0', format: formatStar, atime: 100, ctime: 200}, hello)
+		a.file(hb{Name: "name", Prefix: "star/prefix", Typeflag: '0', Layout: tarbuild.Star, Atime: 100, Ctime: 200}, hello)
 		add(craftedCase{name: "star", data: a.end(), want: []Header{
 			H("star/prefix/name", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = 100e9, true, 200e9, true }),
 		}})
 	}
 	{
 		a := &arch{}
-		a.file(hb{name: "gnutimes", typeflag: '0', format: formatGNU, atime: 100, ctime: 200}, hello)
-		a.file(hb{name: "ustarprefix", prefix: "p", typeflag: '0', format: formatUSTAR}, hello)
+		a.file(hb{Name: "gnutimes", Typeflag: '0', Layout: tarbuild.GNU, Atime: 100, Ctime: 200}, hello)
+		a.file(hb{Name: "ustarprefix", Prefix: "p", Typeflag: '0', Layout: tarbuild.USTAR}, hello)
 		add(craftedCase{name: "gnu times and ustar prefix", data: a.end(), want: []Header{
 			H("gnutimes", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = 100e9, true, 200e9, true }),
 			H("p/ustarprefix", TypeReg, 5),
@@ -188,10 +190,10 @@ func craftedCases() []craftedCase {
 	}
 	{
 		a := &arch{}
-		a.hdr(hb{name: "dev", typeflag: '3', format: formatUSTAR, devmajor: 5, devminor: 1})
+		a.hdr(hb{Name: "dev", Typeflag: '3', Layout: tarbuild.USTAR, Devmajor: 5, Devminor: 1})
 		a.pax('x', "SCHILY.devmajor=300000", "SCHILY.devminor=70000")
-		a.hdr(hb{name: "bigdev", typeflag: '4', format: formatUSTAR})
-		a.hdr(hb{name: "notdev", typeflag: '6', format: formatUSTAR, devmajor: 5, devminor: 1})
+		a.hdr(hb{Name: "bigdev", Typeflag: '4', Layout: tarbuild.USTAR})
+		a.hdr(hb{Name: "notdev", Typeflag: '6', Layout: tarbuild.USTAR, Devmajor: 5, Devminor: 1})
 		add(craftedCase{name: "devices", data: a.end(), want: []Header{
 			H("dev", TypeChar, 0, func(h *Header) { h.Devmajor, h.Devminor = 5, 1 }),
 			H("bigdev", TypeBlock, 0, func(h *Header) { h.Devmajor, h.Devminor = 300000, 70000 }),
@@ -202,12 +204,12 @@ func craftedCases() []craftedCase {
 	// --- Type flags. ---
 	{
 		a := &arch{}
-		a.hdr(hb{name: "VOLUME", typeflag: 'V', format: formatGNU})
-		a.file(hb{name: "dump/", typeflag: 'D', format: formatGNU, mode: 0o755}, []byte("Yfile\x00Nother\x00\x00"))
-		a.file(hb{name: "contig", typeflag: '7', format: formatUSTAR}, hello)
-		a.file(hb{name: "unknown", typeflag: 'Z', format: formatUSTAR}, hello)
-		a.file(hb{name: "hardwithdata", typeflag: '1', linkname: "contig", format: formatUSTAR}, hello)
-		a.file(hb{name: "after", typeflag: '0', format: formatUSTAR}, hello)
+		a.hdr(hb{Name: "VOLUME", Typeflag: 'V', Layout: tarbuild.GNU})
+		a.file(hb{Name: "dump/", Typeflag: 'D', Layout: tarbuild.GNU, Mode: 0o755}, []byte("Yfile\x00Nother\x00\x00"))
+		a.file(hb{Name: "contig", Typeflag: '7', Layout: tarbuild.USTAR}, hello)
+		a.file(hb{Name: "unknown", Typeflag: 'Z', Layout: tarbuild.USTAR}, hello)
+		a.file(hb{Name: "hardwithdata", Typeflag: '1', Linkname: "contig", Layout: tarbuild.USTAR}, hello)
+		a.file(hb{Name: "after", Typeflag: '0', Layout: tarbuild.USTAR}, hello)
 		add(craftedCase{name: "type flags", data: a.end(), want: []Header{
 			H("dump/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
 			H("contig", TypeReg, 5),
@@ -218,8 +220,8 @@ func craftedCases() []craftedCase {
 	}
 	{
 		a := &arch{}
-		a.file(hb{name: "first", typeflag: '0', format: formatGNU}, hello)
-		a.hdr(hb{name: "cont", typeflag: 'M', format: formatGNU, size: 5})
+		a.file(hb{Name: "first", Typeflag: '0', Layout: tarbuild.GNU}, hello)
+		a.hdr(hb{Name: "cont", Typeflag: 'M', Layout: tarbuild.GNU, Size: 5})
 		add(craftedCase{name: "multi-volume", data: a.end(), want: []Header{H("first", TypeReg, 5)},
 			err: "ErrCorrupt", errHas: "multi-volume"})
 	}
@@ -228,25 +230,25 @@ func craftedCases() []craftedCase {
 	{
 		long := strings.Repeat("L", 300)
 		a := &arch{}
-		a.file(hb{name: "././@LongLink", typeflag: 'L', format: formatGNU}, []byte(long+"\x00"))
-		a.file(hb{name: "././@LongLink", typeflag: 'K', format: formatGNU}, []byte(long+"-target\x00"))
-		a.hdr(hb{name: "short", typeflag: '2', linkname: "shortlink", format: formatGNU})
-		a.file(hb{name: "././@LongLink", typeflag: 'L', format: formatGNU}, []byte("no-nul"))
-		a.hdr(hb{name: "short2", typeflag: '0', format: formatGNU})
-		a.hdr(hb{name: "plain", typeflag: '0', format: formatGNU})
+		a.file(hb{Name: "././@LongLink", Typeflag: 'L', Layout: tarbuild.GNU}, []byte(long+"\x00"))
+		a.file(hb{Name: "././@LongLink", Typeflag: 'K', Layout: tarbuild.GNU}, []byte(long+"-target\x00"))
+		a.hdr(hb{Name: "short", Typeflag: '2', Linkname: "shortlink", Layout: tarbuild.GNU})
+		a.file(hb{Name: "././@LongLink", Typeflag: 'L', Layout: tarbuild.GNU}, []byte("no-nul"))
+		a.hdr(hb{Name: "short2", Typeflag: '0', Layout: tarbuild.GNU})
+		a.hdr(hb{Name: "plain", Typeflag: '0', Layout: tarbuild.GNU})
 		add(craftedCase{name: "gnu long names", data: a.end(), want: []Header{
 			H(long, TypeSymlink, 0, func(h *Header) { h.Linkname = long + "-target" }),
 			H("no-nul", TypeReg, 0),
 			H("plain", TypeReg, 0),
 		}})
 		b := &arch{}
-		b.file(hb{name: "././@LongLink", typeflag: 'L', format: formatGNU}, []byte(long+"\x00"))
-		b.hdr(hb{name: "short", typeflag: '0', format: formatGNU})
+		b.file(hb{Name: "././@LongLink", Typeflag: 'L', Layout: tarbuild.GNU}, []byte(long+"\x00"))
+		b.hdr(hb{Name: "short", Typeflag: '0', Layout: tarbuild.GNU})
 		add(craftedCase{name: "gnu long name over the limit", data: b.end(), lim: Limits{MaxNameLen: 100},
 			err: "ErrCorrupt", errHas: "long name"})
 		c := &arch{}
 		c.pax('x', "path="+long)
-		c.hdr(hb{name: "short", typeflag: '0', format: formatUSTAR})
+		c.hdr(hb{Name: "short", Typeflag: '0', Layout: tarbuild.USTAR})
 		add(craftedCase{name: "pax path over the limit", data: c.end(), lim: Limits{MaxNameLen: 100},
 			err: "ErrCorrupt", errHas: "name limit"})
 	}
@@ -258,12 +260,12 @@ func craftedCases() []craftedCase {
 			"uname=paxuser", "gname=paxgroup", "mtime=1700000000.5", "atime=-1.25", "ctime=12.1234567891",
 			"size=5", "comment=hi", "SCHILY.xattr.user.a=1", "LIBARCHIVE.xattr.user.b%3Dc=aGk",
 			"LIBARCHIVE.xattr.user.pad=aGk=", "hdrcharset=BINARY")
-		a.hdr(hb{name: "ustar", linkname: "ustarlink", typeflag: '0', size: 0, format: formatUSTAR, uname: "u", gname: "g"})
+		a.hdr(hb{Name: "ustar", Linkname: "ustarlink", Typeflag: '0', Size: 0, Layout: tarbuild.USTAR, Uname: "u", Gname: "g"})
 		a.data(hello)
 		a.pax('x', "uname=", "path=", "mtime=99999999999999999")
-		a.hdr(hb{name: "emptyvalues", typeflag: '0', format: formatUSTAR, uname: "u", mtime: 5})
+		a.hdr(hb{Name: "emptyvalues", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "u", Mtime: 5})
 		a.pax('X', "path=solaris")
-		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		a.hdr(hb{Name: "x", Typeflag: '0', Layout: tarbuild.USTAR})
 		add(craftedCase{name: "pax records", data: a.end(), want: []Header{
 			H("pax/name", TypeReg, 5, func(h *Header) {
 				h.Linkname, h.UID, h.GID, h.Uname, h.Gname = "pax/target", 123456789, 987654321, "paxuser", "paxgroup"
@@ -282,9 +284,9 @@ func craftedCases() []craftedCase {
 		}
 		a := &arch{}
 		a.pax('x', "SCHILY.xattr.b=1", "SCHILY.xattr.a=2", "LIBARCHIVE.xattr.b=Mw", "SCHILY.xattr.empty=")
-		a.hdr(hb{name: "order", typeflag: '0', format: formatUSTAR})
+		a.hdr(hb{Name: "order", Typeflag: '0', Layout: tarbuild.USTAR})
 		a.pax('x', recs...)
-		a.hdr(hb{name: "many", typeflag: '0', format: formatUSTAR})
+		a.hdr(hb{Name: "many", Typeflag: '0', Layout: tarbuild.USTAR})
 		var many []Xattr
 		for i := range 20 {
 			many = append(many, Xattr{fmt.Sprintf("user.k%02d", i), fmt.Sprint(i + 20)})
@@ -299,13 +301,13 @@ func craftedCases() []craftedCase {
 		a.pax('g', "uname=guser", "mtime=42", "path=ignored", "linkpath=ignored", "size=99",
 			"SCHILY.xattr.user.g=global", "comment=global")
 		a.pax('x', "uname=own")
-		a.hdr(hb{name: "one", typeflag: '0', format: formatUSTAR, uname: "hdr"})
-		a.hdr(hb{name: "two", typeflag: '0', format: formatUSTAR, uname: "hdr"})
+		a.hdr(hb{Name: "one", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
+		a.hdr(hb{Name: "two", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
 		a.pax('g', "uname=", "comment=changed", "SCHILY.xattr.user.h=more")
-		a.hdr(hb{name: "three", typeflag: '0', format: formatUSTAR, uname: "hdr"})
+		a.hdr(hb{Name: "three", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
 		a.pax('g', "comment=")
 		a.pax('x', "SCHILY.xattr.user.g=mine")
-		a.hdr(hb{name: "four", typeflag: '0', format: formatUSTAR, uname: "hdr"})
+		a.hdr(hb{Name: "four", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
 		add(craftedCase{name: "pax global", data: a.end(), want: []Header{
 			H("one", TypeReg, 0, func(h *Header) {
 				h.Uname, h.MTime, h.Xattrs, h.PAX = "own", 42e9, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
@@ -353,61 +355,61 @@ func craftedCases() []craftedCase {
 		{"length not a number", "x path=abc\n", "bad length"},
 		{"huge length", "999999999999999999 path=abc\n", "out of range"},
 		{"no space", "12path=abc\n", "bad length"},
-		{"no equals sign", paxRecord("pathabc"), "no key=value"},
-		{"empty key", paxRecord("=abc"), "no key=value"},
-		{"non-UTF-8 key", paxRecord("pa\xffth=abc"), "UTF-8"},
-		{"NUL in key", paxRecord("pa\x00th=abc"), "UTF-8"},
-		{"bad mtime", paxRecord("mtime=12a"), "mtime"},
-		{"bad mtime fraction", paxRecord("mtime=12.3e4"), "mtime"},
-		{"only a minus", paxRecord("mtime=-"), "mtime"},
-		{"negative size", paxRecord("size=-1"), "size"},
-		{"size overflow", paxRecord("size=99999999999999999999"), "size"},
-		{"bad uid", paxRecord("uid=1x"), "uid"},
-		{"bad base64 xattr", paxRecord("LIBARCHIVE.xattr.user.a=!!!"), "base64"},
-		{"bad url xattr name", paxRecord("LIBARCHIVE.xattr.user%zz=aGk"), "escape"},
-		{"empty xattr name", paxRecord("SCHILY.xattr.=v"), "xattr name"},
+		{"no equals sign", tarbuild.PAXRecord("pathabc"), "no key=value"},
+		{"empty key", tarbuild.PAXRecord("=abc"), "no key=value"},
+		{"non-UTF-8 key", tarbuild.PAXRecord("pa\xffth=abc"), "UTF-8"},
+		{"NUL in key", tarbuild.PAXRecord("pa\x00th=abc"), "UTF-8"},
+		{"bad mtime", tarbuild.PAXRecord("mtime=12a"), "mtime"},
+		{"bad mtime fraction", tarbuild.PAXRecord("mtime=12.3e4"), "mtime"},
+		{"only a minus", tarbuild.PAXRecord("mtime=-"), "mtime"},
+		{"negative size", tarbuild.PAXRecord("size=-1"), "size"},
+		{"size overflow", tarbuild.PAXRecord("size=99999999999999999999"), "size"},
+		{"bad uid", tarbuild.PAXRecord("uid=1x"), "uid"},
+		{"bad base64 xattr", tarbuild.PAXRecord("LIBARCHIVE.xattr.user.a=!!!"), "base64"},
+		{"bad url xattr name", tarbuild.PAXRecord("LIBARCHIVE.xattr.user%zz=aGk"), "escape"},
+		{"empty xattr name", tarbuild.PAXRecord("SCHILY.xattr.=v"), "xattr name"},
 	} {
 		a := &arch{}
-		a.file(hb{name: "ok", typeflag: '0', format: formatUSTAR}, nil)
-		a.file(hb{name: "PaxHeaders/bad", typeflag: 'x', format: formatUSTAR}, []byte(bad.raw))
-		a.hdr(hb{name: "bad", typeflag: '0', format: formatUSTAR})
+		a.file(hb{Name: "ok", Typeflag: '0', Layout: tarbuild.USTAR}, nil)
+		a.file(hb{Name: "PaxHeaders/bad", Typeflag: 'x', Layout: tarbuild.USTAR}, []byte(bad.raw))
+		a.hdr(hb{Name: "bad", Typeflag: '0', Layout: tarbuild.USTAR})
 		add(craftedCase{name: "pax " + bad.name, data: a.end(), want: []Header{H("ok", TypeReg, 0)},
 			err: "ErrCorrupt", errHas: bad.has})
 	}
 	{
 		a := &arch{}
-		a.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(paxRecord("path=nul-padded")+"\x00\x00\x00"))
-		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		a.file(hb{Name: "PaxHeaders/x", Typeflag: 'x', Layout: tarbuild.USTAR}, []byte(tarbuild.PAXRecord("path=nul-padded")+"\x00\x00\x00"))
+		a.hdr(hb{Name: "x", Typeflag: '0', Layout: tarbuild.USTAR})
 		add(craftedCase{name: "pax NUL padding", data: a.end(), want: []Header{H("nul-padded", TypeReg, 0)}})
 	}
 	{
-		big := paxRecord("comment=" + strings.Repeat("c", 2000))
+		big := tarbuild.PAXRecord("comment=" + strings.Repeat("c", 2000))
 		a := &arch{}
-		a.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(big))
-		a.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		a.file(hb{Name: "PaxHeaders/x", Typeflag: 'x', Layout: tarbuild.USTAR}, []byte(big))
+		a.hdr(hb{Name: "x", Typeflag: '0', Layout: tarbuild.USTAR})
 		add(craftedCase{name: "pax header over the limit", data: a.end(), lim: Limits{MaxPAXSize: 1024},
 			err: "ErrCorrupt", errHas: "exceed the limit"})
 		b := &arch{}
-		half := paxRecord("comment=" + strings.Repeat("c", 700))
-		b.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(half))
-		b.file(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR}, []byte(half))
-		b.hdr(hb{name: "x", typeflag: '0', format: formatUSTAR})
+		half := tarbuild.PAXRecord("comment=" + strings.Repeat("c", 700))
+		b.file(hb{Name: "PaxHeaders/x", Typeflag: 'x', Layout: tarbuild.USTAR}, []byte(half))
+		b.file(hb{Name: "PaxHeaders/x", Typeflag: 'x', Layout: tarbuild.USTAR}, []byte(half))
+		b.hdr(hb{Name: "x", Typeflag: '0', Layout: tarbuild.USTAR})
 		add(craftedCase{name: "pax headers over the limit together", data: b.end(), lim: Limits{MaxPAXSize: 1024},
 			err: "ErrCorrupt", errHas: "exceed the limit"})
 		c := &arch{}
-		c.hdr(hb{name: "PaxHeaders/x", typeflag: 'x', format: formatUSTAR, size: 1 << 60})
+		c.hdr(hb{Name: "PaxHeaders/x", Typeflag: 'x', Layout: tarbuild.USTAR, Size: 1 << 60})
 		add(craftedCase{name: "absurd pax size", data: c.end(), err: "ErrCorrupt", errHas: "exceed the limit"})
 		d := &arch{}
-		d.hdr(hb{name: "PaxHeaders/g", typeflag: 'g', format: formatUSTAR, size: 1 << 40})
+		d.hdr(hb{Name: "PaxHeaders/g", Typeflag: 'g', Layout: tarbuild.USTAR, Size: 1 << 40})
 		add(craftedCase{name: "absurd global size", data: d.end(), err: "ErrCorrupt", errHas: "exceeds the limit"})
 		e := &arch{}
-		e.hdr(hb{name: "L", typeflag: 'L', format: formatGNU, size: 1 << 50})
+		e.hdr(hb{Name: "L", Typeflag: 'L', Layout: tarbuild.GNU, Size: 1 << 50})
 		add(craftedCase{name: "absurd long name size", data: e.end(), err: "ErrCorrupt", errHas: "exceeds the limit"})
 		f := &arch{}
-		f.hdr(hb{name: "huge", typeflag: '0', format: formatGNU, size: math.MaxInt64})
+		f.hdr(hb{Name: "huge", Typeflag: '0', Layout: tarbuild.GNU, Size: math.MaxInt64})
 		add(craftedCase{name: "absurd member size", data: f.end(), err: "ErrCorrupt", errHas: "out of range"})
 		g := &arch{}
-		g.hdr(hb{name: "huge", typeflag: '0', format: formatGNU, size: 1 << 50})
+		g.hdr(hb{Name: "huge", Typeflag: '0', Layout: tarbuild.GNU, Size: 1 << 50})
 		add(craftedCase{name: "member size past the end", data: g.end(),
 			want: []Header{H("huge", TypeReg, 1<<50)}, err: "ErrTruncated", errHas: "data ends"})
 	}
@@ -418,11 +420,11 @@ func craftedCases() []craftedCase {
 		a.pax('x', "GNU.sparse.size=100", "GNU.sparse.numblocks=3", "GNU.sparse.offset=0", "GNU.sparse.numbytes=2",
 			"GNU.sparse.offset=50", "GNU.sparse.numbytes=3", "GNU.sparse.offset=100", "GNU.sparse.numbytes=0",
 			"GNU.sparse.name=real00")
-		a.file(hb{name: "GNUSparseFile.0/real00", typeflag: '0', format: formatUSTAR}, []byte("ab123"))
+		a.file(hb{Name: "GNUSparseFile.0/real00", Typeflag: '0', Layout: tarbuild.USTAR}, []byte("ab123"))
 		a.pax('x', "GNU.sparse.size=10", "GNU.sparse.numblocks=2", "GNU.sparse.map=1,2,5,3")
-		a.file(hb{name: "sparse01", typeflag: '0', format: formatUSTAR}, []byte("xyzuv"))
+		a.file(hb{Name: "sparse01", Typeflag: '0', Layout: tarbuild.USTAR}, []byte("xyzuv"))
 		a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=real10", "GNU.sparse.realsize=20")
-		a.file(hb{name: "GNUSparseFile.0/real10", typeflag: '0', format: formatUSTAR},
+		a.file(hb{Name: "GNUSparseFile.0/real10", Typeflag: '0', Layout: tarbuild.USTAR},
 			sparse1Data([]SparseChunk{{0, 5}, {10, 3}, {20, 0}}, "helloabc"))
 		var manyChunks []SparseChunk
 		var stored strings.Builder
@@ -431,10 +433,10 @@ func craftedCases() []craftedCase {
 			stored.WriteString("0123456")
 		}
 		a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=long10", "GNU.sparse.realsize=100000")
-		a.file(hb{name: "GNUSparseFile.0/long10", typeflag: '0', format: formatUSTAR},
+		a.file(hb{Name: "GNUSparseFile.0/long10", Typeflag: '0', Layout: tarbuild.USTAR},
 			sparse1Data(manyChunks, stored.String()))
 		a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.realsize=4096")
-		a.file(hb{name: "allhole", typeflag: '0', format: formatUSTAR}, sparse1Data(nil, ""))
+		a.file(hb{Name: "allhole", Typeflag: '0', Layout: tarbuild.USTAR}, sparse1Data(nil, ""))
 		add(craftedCase{name: "pax sparse", data: a.end(), want: []Header{
 			H("real00", TypeReg, 100, func(h *Header) { h.Sparse, h.StoredSize = []SparseChunk{{0, 2}, {50, 3}}, 5 }),
 			H("sparse01", TypeReg, 10, func(h *Header) { h.Sparse, h.StoredSize = []SparseChunk{{1, 2}, {5, 3}}, 5 }),
@@ -480,7 +482,7 @@ func craftedCases() []craftedCase {
 		add(craftedCase{name: "old gnu sparse over the chunk limit", data: c.end(), lim: Limits{MaxSparseChunks: 10},
 			err: "ErrCorrupt", errHas: "sparse"})
 		d := &arch{}
-		d.Write(hb{name: "notgnu", typeflag: 'S', format: formatUSTAR}.block())
+		d.Write(hb{Name: "notgnu", Typeflag: 'S', Layout: tarbuild.USTAR}.Bytes())
 		add(craftedCase{name: "old gnu sparse without gnu magic", data: d.end(), err: "ErrCorrupt", errHas: "GNU magic"})
 	}
 	for _, bad := range []struct {
@@ -517,13 +519,13 @@ func craftedCases() []craftedCase {
 	} {
 		a := &arch{}
 		a.pax('x', bad.recs...)
-		a.file(hb{name: "bad", typeflag: '0', format: formatUSTAR}, bad.data)
+		a.file(hb{Name: "bad", Typeflag: '0', Layout: tarbuild.USTAR}, bad.data)
 		add(craftedCase{name: "sparse " + bad.name, data: a.end(), err: "ErrCorrupt", errHas: bad.has})
 	}
 	{
 		a := &arch{}
 		a.pax('x', "GNU.sparse.size=100", "GNU.sparse.map=0,10")
-		a.hdr(hb{name: "dir/", typeflag: '5', format: formatUSTAR, mode: 0o755})
+		a.hdr(hb{Name: "dir/", Typeflag: '5', Layout: tarbuild.USTAR, Mode: 0o755})
 		add(craftedCase{name: "sparse records on a directory", data: a.end(), want: []Header{
 			H("dir/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
 		}})
@@ -532,12 +534,12 @@ func craftedCases() []craftedCase {
 	// --- Archive ends. ---
 	{
 		a := &arch{}
-		a.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
+		a.file(hb{Name: "f", Typeflag: '0', Layout: tarbuild.USTAR}, hello)
 		noEnd := bytes.Clone(a.Bytes())
 		oneZero := append(bytes.Clone(noEnd), make([]byte, blockSize)...)
 		cutZero := append(bytes.Clone(noEnd), make([]byte, blockSize+100)...)
 		cutFirstZero := append(bytes.Clone(noEnd), make([]byte, 100)...)
-		lone := append(bytes.Clone(oneZero), hb{name: "g", typeflag: '0', format: formatUSTAR}.block()...)
+		lone := append(bytes.Clone(oneZero), hb{Name: "g", Typeflag: '0', Layout: tarbuild.USTAR}.Bytes()...)
 		lone = append(lone, make([]byte, 1024)...)
 		want := []Header{H("f", TypeReg, 5)}
 		add(craftedCase{name: "no end marker", data: noEnd, want: want})
@@ -548,26 +550,26 @@ func craftedCases() []craftedCase {
 		add(craftedCase{name: "empty stream", data: nil})
 		add(craftedCase{name: "only an end marker", data: make([]byte, 1024)})
 		b := &arch{}
-		b.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
+		b.file(hb{Name: "f", Typeflag: '0', Layout: tarbuild.USTAR}, hello)
 		b.pax('x', "path=p")
 		add(craftedCase{name: "stream ends after pax header", data: b.Bytes(), want: want,
 			err: "ErrTruncated", errHas: "after an extended header"})
 		add(craftedCase{name: "zero block after pax header", data: bytes.Clone(b.end()), want: want,
 			err: "ErrCorrupt", errHas: "zero block after"})
 		c := &arch{}
-		c.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
-		c.Write(hb{name: "g", typeflag: '0', format: formatUSTAR}.block()[:300])
+		c.file(hb{Name: "f", Typeflag: '0', Layout: tarbuild.USTAR}, hello)
+		c.Write(hb{Name: "g", Typeflag: '0', Layout: tarbuild.USTAR}.Bytes()[:300])
 		add(craftedCase{name: "cut header", data: c.Bytes(), want: want, err: "ErrTruncated", errHas: "300 of 512"})
 		d := &arch{}
-		d.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, hello)
-		bad := hb{name: "g", typeflag: '0', format: formatUSTAR}.block()
+		d.file(hb{Name: "f", Typeflag: '0', Layout: tarbuild.USTAR}, hello)
+		bad := hb{Name: "g", Typeflag: '0', Layout: tarbuild.USTAR}.Bytes()
 		bad[0] ^= 1
 		d.Write(bad)
 		add(craftedCase{name: "bad checksum later", data: d.end(), want: want, err: "ErrCorrupt", errHas: "bad checksum"})
-		e := hb{name: "g", typeflag: '0', format: formatUSTAR}.block()
+		e := hb{Name: "g", Typeflag: '0', Layout: tarbuild.USTAR}.Bytes()
 		e[0] ^= 1
 		add(craftedCase{name: "bad checksum first", data: append(e, make([]byte, 1024)...), err: "ErrNotTar", errHas: "bad checksum"})
-		f := hb{name: "g", typeflag: '0', format: formatUSTAR}.block()
+		f := hb{Name: "g", Typeflag: '0', Layout: tarbuild.USTAR}.Bytes()
 		copy(f[148:156], "zzzzzzzz")
 		add(craftedCase{name: "unreadable checksum", data: f, err: "ErrNotTar"})
 	}
@@ -649,7 +651,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // TestStopsAtEndMarker checks that nothing after the end marker is read.
 func TestStopsAtEndMarker(t *testing.T) {
 	a := &arch{}
-	a.file(hb{name: "f", typeflag: '0', format: formatUSTAR}, []byte("hello"))
+	a.file(hb{Name: "f", Typeflag: '0', Layout: tarbuild.USTAR}, []byte("hello"))
 	end := a.Len() + 1024
 	data := append(a.end(), bytes.Repeat([]byte("garbage!"), 1000)...)
 	r := &countingReader{data: data}
@@ -674,10 +676,10 @@ func TestStopsAtEndMarker(t *testing.T) {
 // TestRead reads member data through the Scanner.
 func TestRead(t *testing.T) {
 	a := &arch{}
-	a.file(hb{name: "a", typeflag: '0', format: formatUSTAR}, []byte("first file"))
-	a.file(hb{name: "b", typeflag: '0', format: formatUSTAR}, bytes.Repeat([]byte("0123456789"), 100))
-	a.hdr(hb{name: "d/", typeflag: '5', format: formatUSTAR})
-	a.file(hb{name: "c", typeflag: '0', format: formatUSTAR}, []byte("third"))
+	a.file(hb{Name: "a", Typeflag: '0', Layout: tarbuild.USTAR}, []byte("first file"))
+	a.file(hb{Name: "b", Typeflag: '0', Layout: tarbuild.USTAR}, bytes.Repeat([]byte("0123456789"), 100))
+	a.hdr(hb{Name: "d/", Typeflag: '5', Layout: tarbuild.USTAR})
+	a.file(hb{Name: "c", Typeflag: '0', Layout: tarbuild.USTAR}, []byte("third"))
 	data := a.end()
 	for _, rk := range readerKinds {
 		t.Run(rk.name, func(t *testing.T) {
@@ -728,8 +730,8 @@ func TestRead(t *testing.T) {
 // TestDiscardUsed checks that a reader with Discard is used to skip data.
 func TestDiscardUsed(t *testing.T) {
 	a := &arch{}
-	a.file(hb{name: "a", typeflag: '0', format: formatUSTAR}, make([]byte, 10000))
-	a.file(hb{name: "b", typeflag: '0', format: formatUSTAR}, make([]byte, 10000))
+	a.file(hb{Name: "a", Typeflag: '0', Layout: tarbuild.USTAR}, make([]byte, 10000))
+	a.file(hb{Name: "b", Typeflag: '0', Layout: tarbuild.USTAR}, make([]byte, 10000))
 	r := &discard64Reader{r: bytes.NewReader(a.end())}
 	hs, err := scanReader(r, Limits{})
 	if err != nil || len(hs) != 2 {
@@ -748,7 +750,7 @@ func TestBase64Values(t *testing.T) {
 		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
 			a := &arch{}
 			a.pax('x', "LIBARCHIVE.xattr.user.v="+enc.EncodeToString([]byte(v)))
-			a.hdr(hb{name: "f", typeflag: '0', format: formatUSTAR})
+			a.hdr(hb{Name: "f", Typeflag: '0', Layout: tarbuild.USTAR})
 			hs, err := scanAll(a.end(), Limits{})
 			if err != nil {
 				t.Fatalf("len %d: %v", n, err)

@@ -1,7 +1,6 @@
 package tarscan
 
 import (
-	"archive/tar"
 	"bytes"
 	"errors"
 	"io"
@@ -136,21 +135,8 @@ func checkHeader(t testing.TB, kind string, h *Header) {
 func fuzzSeeds(t testing.TB) [][]byte {
 	var seeds [][]byte
 	for _, f := range allFormats {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		for _, e := range goEntries() {
-			if !containsFormat(e.formats, f) || len(e.content) > 1000 {
-				continue
-			}
-			h := e.hdr
-			h.Format = f
-			if err := tw.WriteHeader(&h); err != nil {
-				t.Fatal(err)
-			}
-			tw.Write(e.content)
-		}
-		tw.Close()
-		seeds = append(seeds, buf.Bytes())
+		data, _ := goArchive(t, f, 1000)
+		seeds = append(seeds, data)
 	}
 	for _, c := range craftedCases() {
 		if len(c.data) < 1<<16 {

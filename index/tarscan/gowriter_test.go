@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // goEntry is one member to write with archive/tar, and the formats that
@@ -76,27 +78,7 @@ func goEntries() []goEntry {
 func TestGoWriter(t *testing.T) {
 	for _, f := range allFormats {
 		t.Run(f.String(), func(t *testing.T) {
-			var buf bytes.Buffer
-			tw := tar.NewWriter(&buf)
-			var written []goEntry
-			for _, e := range goEntries() {
-				if !containsFormat(e.formats, f) {
-					continue
-				}
-				h := e.hdr
-				h.Format = f
-				if err := tw.WriteHeader(&h); err != nil {
-					t.Fatalf("write %q: %v", h.Name, err)
-				}
-				if _, err := tw.Write(e.content); err != nil {
-					t.Fatalf("write %q data: %v", h.Name, err)
-				}
-				written = append(written, e)
-			}
-			if err := tw.Close(); err != nil {
-				t.Fatal(err)
-			}
-			data := buf.Bytes()
+			data, written := goArchive(t, f, 0)
 			hs := compareWithStdlib(t, data)
 			if len(hs) != len(written) {
 				t.Fatalf("got %d members, want %d", len(hs), len(written))
@@ -134,6 +116,24 @@ func TestGoWriter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goArchive writes the goEntries that format f can hold and whose content
+// is at most maxContent bytes (0: any) with tarbuild, and returns them.
+func goArchive(t testing.TB, f tar.Format, maxContent int) ([]byte, []goEntry) {
+	t.Helper()
+	var written []goEntry
+	var entries []tarbuild.Entry
+	for _, e := range goEntries() {
+		if !containsFormat(e.formats, f) || maxContent > 0 && len(e.content) > maxContent {
+			continue
+		}
+		h := e.hdr
+		h.Format = f
+		entries = append(entries, tarbuild.Entry{Hdr: &h, Body: e.content})
+		written = append(written, e)
+	}
+	return tarbuild.Go(t, f, entries...), written
 }
 
 func containsFormat(fs []tar.Format, f tar.Format) bool {

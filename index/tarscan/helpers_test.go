@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // scanAll scans data to the end and returns the members and the final
@@ -276,116 +278,23 @@ func errKind(err error) string {
 
 // --- A builder for hand-made archives. ---
 
-// hb describes one raw header block.
-type hb struct {
-	name, linkname     string
-	typeflag           byte
-	mode, uid, gid     int64
-	size, mtime        int64
-	uname, gname       string
-	devmajor, devminor int64
-	format             format
-	prefix             string
-	atime, ctime       int64 // GNU and star; written when non-zero
-	signedSum          bool
-	tweak              func(b []byte) // runs before the checksum
-}
-
-// putNum writes v into a numeric field: octal when it fits, else base-256.
-func putNum(f []byte, v int64) {
-	if s := fmt.Sprintf("%0*o", len(f)-1, v); v >= 0 && len(s) == len(f)-1 {
-		copy(f, s)
-		f[len(f)-1] = 0
-		return
-	}
-	putBase256(f, v)
-}
-
-func putBase256(f []byte, v int64) {
-	for i := len(f) - 1; i >= 0; i-- {
-		f[i] = byte(v)
-		v >>= 8
-	}
-	f[0] |= 0x80
-}
-
-func (h hb) block() []byte {
-	b := make([]byte, blockSize)
-	copy(b[0:100], h.name)
-	putNum(b[100:108], h.mode)
-	putNum(b[108:116], h.uid)
-	putNum(b[116:124], h.gid)
-	putNum(b[124:136], h.size)
-	putNum(b[136:148], h.mtime)
-	b[156] = h.typeflag
-	copy(b[157:257], h.linkname)
-	switch h.format {
-	case formatUSTAR, formatStar:
-		copy(b[257:265], "ustar\x0000")
-	case formatGNU:
-		copy(b[257:265], "ustar  \x00")
-	}
-	if h.format != formatV7 {
-		copy(b[265:297], h.uname)
-		copy(b[297:329], h.gname)
-		putNum(b[329:337], h.devmajor)
-		putNum(b[337:345], h.devminor)
-	}
-	switch h.format {
-	case formatUSTAR:
-		copy(b[345:500], h.prefix)
-	case formatStar:
-		copy(b[345:476], h.prefix)
-		if h.atime != 0 {
-			putNum(b[476:488], h.atime)
-		}
-		if h.ctime != 0 {
-			putNum(b[488:500], h.ctime)
-		}
-		copy(b[508:], "tar\x00")
-	case formatGNU:
-		if h.atime != 0 {
-			putNum(b[345:357], h.atime)
-		}
-		if h.ctime != 0 {
-			putNum(b[357:369], h.ctime)
-		}
-	}
-	if h.tweak != nil {
-		h.tweak(b)
-	}
-	setChecksum(b, h.signedSum)
-	return b
-}
-
-// setChecksum fills the checksum field of b.
-func setChecksum(b []byte, signed bool) {
-	copy(b[148:156], "        ")
-	sum := 0
-	for _, c := range b {
-		if signed {
-			sum += int(int8(c))
-		} else {
-			sum += int(c)
-		}
-	}
-	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum&0o777777))
-}
+// hb describes one raw header block, every field as it is.
+type hb = tarbuild.Block
 
 // arch assembles a raw archive.
 type arch struct{ bytes.Buffer }
 
 func (a *arch) hdr(h hb) *arch {
-	if h.mode == 0 {
-		h.mode = 0o644
+	if h.Mode == 0 {
+		h.Mode = 0o644
 	}
-	a.Write(h.block())
+	a.Write(h.Bytes())
 	return a
 }
 
 // file writes a header for data (size set from it) and the padded data.
 func (a *arch) file(h hb, data []byte) *arch {
-	h.size = int64(len(data))
+	h.Size = int64(len(data))
 	a.hdr(h)
 	return a.data(data)
 }
@@ -401,21 +310,9 @@ func (a *arch) data(d []byte) *arch {
 func (a *arch) pax(tf byte, recs ...string) *arch {
 	var d bytes.Buffer
 	for _, r := range recs {
-		d.WriteString(paxRecord(r))
+		d.WriteString(tarbuild.PAXRecord(r))
 	}
-	return a.file(hb{name: "PaxHeaders/x", typeflag: tf, format: formatUSTAR}, d.Bytes())
-}
-
-// paxRecord formats "key=value" as a pax record with its length.
-func paxRecord(kv string) string {
-	n := len(kv) + 2 // space and newline
-	for {
-		s := fmt.Sprintf("%d %s\n", n, kv)
-		if len(s) == n {
-			return s
-		}
-		n = len(s)
-	}
+	return a.file(hb{Name: "PaxHeaders/x", Typeflag: tf, Layout: tarbuild.USTAR}, d.Bytes())
 }
 
 func (a *arch) end() []byte {

@@ -2,13 +2,14 @@ package tarscan
 
 import (
 	"bytes"
-	"compress/gzip"
 	"math/rand/v2"
 	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // smallArchive builds an archive with one of each kind of header, and
@@ -20,12 +21,12 @@ func smallArchive() (data []byte, clean []int) {
 	a.pax('g', "comment=global", "uname=g")
 	mark()
 	a.pax('x', "path="+strings.Repeat("p", 150), "mtime=1.5", "SCHILY.xattr.user.x=1")
-	a.file(hb{name: "short", typeflag: '0', format: formatUSTAR}, []byte("pax member"))
+	a.file(hb{Name: "short", Typeflag: '0', Layout: tarbuild.USTAR}, []byte("pax member"))
 	mark()
-	a.file(hb{name: "././@LongLink", typeflag: 'L', format: formatGNU}, []byte(strings.Repeat("l", 120)+"\x00"))
-	a.hdr(hb{name: "x", typeflag: '2', linkname: "target", format: formatGNU})
+	a.file(hb{Name: "././@LongLink", Typeflag: 'L', Layout: tarbuild.GNU}, []byte(strings.Repeat("l", 120)+"\x00"))
+	a.hdr(hb{Name: "x", Typeflag: '2', Linkname: "target", Layout: tarbuild.GNU})
 	mark()
-	a.hdr(hb{name: "dir/", typeflag: '5', format: formatUSTAR, mode: 0o755})
+	a.hdr(hb{Name: "dir/", Typeflag: '5', Layout: tarbuild.USTAR, Mode: 0o755})
 	mark()
 	var chunks []SparseChunk
 	for i := range int64(6) {
@@ -35,10 +36,10 @@ func smallArchive() (data []byte, clean []int) {
 	a.data([]byte("aaabbbcccdddeeefff"))
 	mark()
 	a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=sparse10", "GNU.sparse.realsize=30")
-	a.file(hb{name: "GNUSparseFile.0/sparse10", typeflag: '0', format: formatUSTAR},
+	a.file(hb{Name: "GNUSparseFile.0/sparse10", Typeflag: '0', Layout: tarbuild.USTAR},
 		sparse1Data([]SparseChunk{{0, 4}, {20, 6}}, "abcdefghij"))
 	mark()
-	a.file(hb{name: "v7", typeflag: 0, format: formatV7}, []byte("old"))
+	a.file(hb{Name: "v7", Typeflag: 0, Layout: tarbuild.V7}, []byte("old"))
 	mark()
 	a.end()
 	for i := a.Len() - 2*blockSize + 1; i <= a.Len(); i++ {
@@ -116,10 +117,7 @@ func TestNotTar(t *testing.T) {
 		return b
 	}
 	tarData, _ := smallArchive()
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(tarData)
-	zw.Close()
+	gz := tarbuild.Gzip(tarData)
 	tests := []struct {
 		name string
 		data []byte
@@ -129,7 +127,7 @@ func TestNotTar(t *testing.T) {
 		{"random 300", random(300)},
 		{"random 512", random(512)},
 		{"random 100k", random(100_000)},
-		{"gzip", gz.Bytes()},
+		{"gzip", gz},
 		{"zstd magic", append([]byte{0x28, 0xb5, 0x2f, 0xfd}, random(2000)...)},
 		{"text", []byte(strings.Repeat("this is not a tar archive\n", 100))},
 		{"ones", bytes.Repeat([]byte{0xff}, 2048)},
@@ -179,9 +177,9 @@ func TestRandomMutations(t *testing.T) {
 				blk := rng.IntN(len(d)/blockSize+1) * blockSize
 				off := blk + []int{100, 108, 116, 124, 136, 345, 357, 386, 398, 483}[rng.IntN(10)]
 				if off+12 <= len(d) {
-					putBase256(d[off:off+12], rng.Int64()>>rng.IntN(64))
+					tarbuild.PutBase256(d[off:off+12], rng.Int64()>>rng.IntN(64))
 					if blk+blockSize <= len(d) {
-						setChecksum(d[blk:blk+blockSize], false)
+						tarbuild.SetChecksum(d[blk : blk+blockSize])
 					}
 				}
 			case 2:
@@ -190,7 +188,7 @@ func TestRandomMutations(t *testing.T) {
 				blk := rng.IntN(len(d)/blockSize+1) * blockSize
 				if blk+blockSize <= len(d) {
 					d[blk+156] = "0125xgLKSDVM7Z"[rng.IntN(14)]
-					setChecksum(d[blk:blk+blockSize], false)
+					tarbuild.SetChecksum(d[blk : blk+blockSize])
 				}
 			}
 			if len(d) == 0 {

@@ -31,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tarmount/tarmount/scripts/httpserve/shaped"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
 )
 
 func main() {

@@ -16,7 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 func requireTools(t *testing.T, names ...string) {
@@ -28,7 +30,7 @@ func requireTools(t *testing.T, names ...string) {
 	}
 }
 
-func toolsFor(spec Spec) []string {
+func toolsFor(spec tarbuild.Spec) []string {
 	names := []string{"tar"}
 	switch spec.Tool {
 	case "bsdtar":
@@ -85,20 +87,20 @@ func (ts *trees) get(t *testing.T, opts TreeOptions) string {
 // the tools' flags and treecmp together. Each spec uses TreeOptionsFor, so
 // the comparison is exact (ns mtimes, owners, modes, xattrs, links).
 func TestRoundTrip(t *testing.T) {
-	var specs []Spec
-	for _, tool := range Tools {
+	var specs []tarbuild.Spec
+	for _, tool := range tarbuild.Tools {
 		for _, f := range []string{"gnu", "posix", "ustar"} {
-			specs = append(specs, Spec{tool, f, "none"})
+			specs = append(specs, tarbuild.Spec{Tool: tool, Format: f, Codec: "none"})
 		}
 	}
 	specs = append(specs,
-		Spec{"gnutar", "pax", "none"},
-		Spec{"gnutar", "posix", "gzip"},
-		Spec{"gnutar", "posix", "pigz"},
-		Spec{"gnutar", "posix", "gzip-multi"},
-		Spec{"bsdtar", "pax", "pigz"},
-		Spec{"go", "pax", "gzip-multi"},
-		Spec{"go", "gnu", "gzip"},
+		tarbuild.Spec{Tool: "gnutar", Format: "pax", Codec: "none"},
+		tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"},
+		tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "pigz"},
+		tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip-multi"},
+		tarbuild.Spec{Tool: "bsdtar", Format: "pax", Codec: "pigz"},
+		tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip-multi"},
+		tarbuild.Spec{Tool: "go", Format: "gnu", Codec: "gzip"},
 	)
 	ts := newTrees(t)
 	for _, spec := range specs {
@@ -109,10 +111,10 @@ func TestRoundTrip(t *testing.T) {
 			src := ts.get(t, opts)
 			work := t.TempDir()
 			arch := filepath.Join(work, "a"+spec.Ext())
-			Archive(t, src, arch, spec)
+			tarbuild.Archive(t, src, arch, spec)
 			checkFormat(t, arch, spec)
 			dst := filepath.Join(work, "x")
-			Extract(t, arch, dst)
+			tarbuild.Extract(t, arch, dst)
 			treecmp.Compare(t, src, dst, treecmp.Options{MaxErrors: 40})
 		})
 	}
@@ -137,11 +139,11 @@ func TestManyFiles(t *testing.T) {
 	if n != 10000 {
 		t.Fatalf("got %d files under %s, want 10000", n, PathMany)
 	}
-	spec := Spec{"gnutar", "posix", "gzip"}
+	spec := tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}
 	arch := filepath.Join(t.TempDir(), "many.tar.gz")
-	Archive(t, src, arch, spec)
+	tarbuild.Archive(t, src, arch, spec)
 	dst := filepath.Join(t.TempDir(), "x")
-	Extract(t, arch, dst)
+	tarbuild.Extract(t, arch, dst)
 	treecmp.Compare(t, src, dst, treecmp.Options{MaxErrors: 40})
 }
 
@@ -149,7 +151,7 @@ func TestManyFiles(t *testing.T) {
 // wrote the format asked for (GNU tar, for one, silently switches to posix
 // when given --xattrs). Go's archive/tar cannot tell: it reports bsdtar's
 // space-terminated numbers as FormatUnknown.
-func checkFormat(t *testing.T, path string, spec Spec) {
+func checkFormat(t *testing.T, path string, spec tarbuild.Spec) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -462,12 +464,12 @@ func TestCodecs(t *testing.T) {
 	}{
 		{"gzip", func(int64) int { return 1 }},
 		{"pigz", func(int64) int { return 1 }},
-		{"gzip-multi", func(n int64) int { return int((n + MultiPieceSize - 1) / MultiPieceSize) }},
+		{"gzip-multi", func(n int64) int { return int((n + tarbuild.MultiPieceSize - 1) / tarbuild.MultiPieceSize) }},
 	}
 	// Go's writer is deterministic (GNU tar's posix headers carry atime
 	// and ctime), so each compressed archive must hold these exact bytes.
 	plain := filepath.Join(t.TempDir(), "a.tar")
-	Archive(t, src, plain, Spec{"go", "pax", "none"})
+	tarbuild.Archive(t, src, plain, tarbuild.Spec{Tool: "go", Format: "pax", Codec: "none"})
 	st, err := os.Stat(plain)
 	if err != nil {
 		t.Fatal(err)
@@ -479,7 +481,7 @@ func TestCodecs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.codec, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "a.tar.gz")
-			Archive(t, src, out, Spec{"go", "pax", tt.codec})
+			tarbuild.Archive(t, src, out, tarbuild.Spec{Tool: "go", Format: "pax", Codec: tt.codec})
 			members, total := gzipMembers(t, out)
 			if total != st.Size() {
 				t.Errorf("uncompressed size got %d, want %d", total, st.Size())
@@ -509,13 +511,13 @@ func TestArchiveRefusesWhatFormatCannotHold(t *testing.T) {
 	requireTools(t, "tar", "bsdtar")
 	src := filepath.Join(t.TempDir(), "src")
 	MakeTree(t, src, TreeOptions{NoSparse: true, NoBigFiles: true})
-	for _, spec := range []Spec{
-		{"gnutar", "ustar", "none"},
-		{"bsdtar", "ustar", "none"},
-		{"go", "ustar", "none"},
-		{"go", "gnu", "none"}, // xattrs
+	for _, spec := range []tarbuild.Spec{
+		{Tool: "gnutar", Format: "ustar", Codec: "none"},
+		{Tool: "bsdtar", Format: "ustar", Codec: "none"},
+		{Tool: "go", Format: "ustar", Codec: "none"},
+		{Tool: "go", Format: "gnu", Codec: "none"}, // xattrs
 	} {
-		err := archive(src, filepath.Join(t.TempDir(), "a.tar"), spec)
+		err := tarbuild.Make(src, filepath.Join(t.TempDir(), "a.tar"), spec)
 		if err == nil {
 			t.Errorf("%s of a full tree: got no error, want one", spec)
 		}

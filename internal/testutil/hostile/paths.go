@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // Outside stands, in the names, links and bodies of a PathCase's members,
@@ -33,7 +35,7 @@ const (
 // DIR is the sentinel).
 type PathCase struct {
 	Name    string
-	Members []Member
+	Members []tarbuild.Member
 	// Tree is what DIR holds afterwards, every entry (DescribeTree),
 	// whoever extracts.
 	Tree map[string]string
@@ -62,7 +64,7 @@ func (c PathCase) Archive(outside string) []byte {
 		m.Name = strings.ReplaceAll(m.Name, Outside, outside)
 		m.Link = strings.ReplaceAll(m.Link, Outside, outside)
 	}
-	return Tar(ms...)
+	return tarbuild.Tar(ms...)
 }
 
 // WantTree returns Tree, adjusted for an extraction without root when
@@ -84,12 +86,14 @@ func (c PathCase) WantTree(privileged bool) map[string]string {
 	return want
 }
 
-func file(name, body string) Member { return Member{Name: name, Body: body} }
-func dir(name string) Member        { return Member{Name: name, Type: TypeDir} }
-func symlink(name, target string) Member {
-	return Member{Name: name, Type: TypeSymlink, Link: target}
+func file(name, body string) tarbuild.Member { return tarbuild.Member{Name: name, Body: body} }
+func dir(name string) tarbuild.Member        { return tarbuild.Member{Name: name, Type: tarbuild.TypeDir} }
+func symlink(name, target string) tarbuild.Member {
+	return tarbuild.Member{Name: name, Type: tarbuild.TypeSymlink, Link: target}
 }
-func hardlink(name, target string) Member { return Member{Name: name, Type: TypeLink, Link: target} }
+func hardlink(name, target string) tarbuild.Member {
+	return tarbuild.Member{Name: name, Type: tarbuild.TypeLink, Link: target}
+}
 
 // ok is a harmless member that every case ends with: the extraction goes
 // on past what it refused.
@@ -103,28 +107,28 @@ func PathCases() []PathCase {
 	return []PathCase{
 		{
 			Name:        "dotdot leading",
-			Members:     []Member{file("../escaped", "x"), dir("../outside/"), file("../outside/new", "x"), ok},
+			Members:     []tarbuild.Member{file("../escaped", "x"), dir("../outside/"), file("../outside/new", "x"), ok},
 			Tree:        map[string]string{"ok": okTree},
 			ScreenNotes: []string{"member names with .. (refused): 3"},
 			Skips:       []string{"name contains .."},
 		},
 		{
 			Name:        "dotdot middle",
-			Members:     []Member{file("a/../../escaped", "x"), file("a/../b", "inside but refused"), ok},
+			Members:     []tarbuild.Member{file("a/../../escaped", "x"), file("a/../b", "inside but refused"), ok},
 			Tree:        map[string]string{"ok": okTree},
 			ScreenNotes: []string{"member names with .. (refused): 2"},
 			Skips:       []string{"name contains .."},
 		},
 		{
 			Name:        "dotdot trailing",
-			Members:     []Member{dir("a/.."), file("a/b/..", "x"), dir("c/../"), ok},
+			Members:     []tarbuild.Member{dir("a/.."), file("a/b/..", "x"), dir("c/../"), ok},
 			Tree:        map[string]string{"ok": okTree},
 			ScreenNotes: []string{"member names with .. (refused): 3"},
 			Skips:       []string{"name contains .."},
 		},
 		{
 			Name: "absolute names",
-			Members: []Member{file("/abs/file", "absolute"), file("//twice/file", "twice"), file("/../x", "x"),
+			Members: []tarbuild.Member{file("/abs/file", "absolute"), file("//twice/file", "twice"), file("/../x", "x"),
 				file(Outside+"/victim", "rooted in DIR"), ok},
 			Tree: map[string]string{"abs": "dir", "abs/file": "file:absolute", "twice": "dir", "twice/file": "file:twice",
 				// The sentinel's absolute path, made relative: under DIR.
@@ -134,7 +138,7 @@ func PathCases() []PathCase {
 		},
 		{
 			Name: "symlink chain",
-			Members: []Member{symlink("d/a", "b"), symlink("d/b", "../../outside"), file("d/a/x", "through a and b"),
+			Members: []tarbuild.Member{symlink("d/a", "b"), symlink("d/b", "../../outside"), file("d/a/x", "through a and b"),
 				file("d/b/victim", "through b"), ok},
 			Tree:  map[string]string{"d": "dir", "d/a": "symlink:b", "d/b": "symlink:../../outside", "ok": okTree},
 			Notes: []string{outsideNote + " (made as they are, never followed while writing): 1"},
@@ -142,7 +146,7 @@ func PathCases() []PathCase {
 		},
 		{
 			Name: "absolute symlink",
-			Members: []Member{symlink("abs", Outside), file("abs/victim", "through abs"), file("abs/new", "x"),
+			Members: []tarbuild.Member{symlink("abs", Outside), file("abs/victim", "through abs"), file("abs/new", "x"),
 				symlink("absfile", Outside+"/victim"), ok},
 			Tree:  map[string]string{"abs": "symlink:" + Outside, "absfile": "symlink:" + Outside + "/victim", "ok": okTree},
 			Notes: []string{outsideNote + " (made as they are, never followed while writing): 2"},
@@ -150,32 +154,32 @@ func PathCases() []PathCase {
 		},
 		{
 			Name:    "symlink replaced by a directory",
-			Members: []Member{symlink("s", "../outside"), dir("s/"), file("s/victim", "in a real directory"), ok},
+			Members: []tarbuild.Member{symlink("s", "../outside"), dir("s/"), file("s/victim", "in a real directory"), ok},
 			Tree:    map[string]string{"s": "dir", "s/victim": "file:in a real directory", "ok": okTree},
 		},
 		{
 			Name: "symlink replaced by a file",
-			Members: []Member{symlink("f", "../outside/victim"), file("f", "replaces the symlink, not its target"),
+			Members: []tarbuild.Member{symlink("f", "../outside/victim"), file("f", "replaces the symlink, not its target"),
 				symlink("g", Outside+"/victim"), file("g", "same"), ok},
 			Tree: map[string]string{"f": "file:replaces the symlink, not its target", "g": "file:same", "ok": okTree},
 		},
 		{
 			Name:    "empty directory replaced by a symlink",
-			Members: []Member{dir("e/"), symlink("e", "../outside"), file("e/victim", "through e"), ok},
+			Members: []tarbuild.Member{dir("e/"), symlink("e", "../outside"), file("e/victim", "through e"), ok},
 			Tree:    map[string]string{"e": "symlink:../outside", "ok": okTree},
 			Notes:   []string{outsideNote},
 			Skips:   []string{"a parent is not a directory"},
 		},
 		{
 			Name: "directory with members replaced by a symlink",
-			Members: []Member{dir("d/"), file("d/f", "kept"), symlink("d", "../outside"),
+			Members: []tarbuild.Member{dir("d/"), file("d/f", "kept"), symlink("d", "../outside"),
 				file("d/victim", "in the real directory"), ok},
 			Tree:  map[string]string{"d": "dir", "d/f": "file:kept", "d/victim": "file:in the real directory", "ok": okTree},
 			Skips: []string{"non-directory member over a non-empty directory"},
 		},
 		{
 			Name: "hard links out",
-			Members: []Member{hardlink("dotdot", "../outside/victim"), hardlink("passwd", "/etc/passwd"),
+			Members: []tarbuild.Member{hardlink("dotdot", "../outside/victim"), hardlink("passwd", "/etc/passwd"),
 				hardlink("abs", Outside+"/victim"), file("abs", "a new file, not the victim"),
 				symlink("sl", "../outside"), hardlink("through", "sl/victim"), ok},
 			Tree:  map[string]string{"abs": "file:a new file, not the victim", "sl": "symlink:../outside", "ok": okTree},
@@ -186,7 +190,7 @@ func PathCases() []PathCase {
 		},
 		{
 			Name: "hard link to a symlink pointing outside",
-			Members: []Member{symlink("sd", "../outside"), hardlink("hd", "sd"), file("hd/victim", "through the link"),
+			Members: []tarbuild.Member{symlink("sd", "../outside"), hardlink("hd", "sd"), file("hd/victim", "through the link"),
 				symlink("sv", "../outside/victim"), hardlink("hv", "sv"), file("hv", "replaces the link"), ok},
 			Tree: map[string]string{"sd": "symlink:../outside", "hd": "symlink:../outside",
 				"sv": "symlink:../outside/victim", "hv": "file:replaces the link", "ok": okTree},
@@ -195,14 +199,14 @@ func PathCases() []PathCase {
 		},
 		{
 			Name: "file then a directory of the same name",
-			Members: []Member{file("f", "first a file"), dir("f/"), file("f/g", "then a directory"),
+			Members: []tarbuild.Member{file("f", "first a file"), dir("f/"), file("f/g", "then a directory"),
 				file("h", "a file"), file("h/g", "under the file"), ok},
 			Tree:  map[string]string{"f": "dir", "f/g": "file:then a directory", "h": "file:a file", "ok": okTree},
 			Skips: []string{"a parent is not a directory"},
 		},
 		{
 			Name: "reserved state directory",
-			Members: []Member{file(".tarmount-partial/journal", "0\n"), dir("./.tarmount-partial/tmp/"),
+			Members: []tarbuild.Member{file(".tarmount-partial/journal", "0\n"), dir("./.tarmount-partial/tmp/"),
 				file("/.tarmount-partial/tmp/x", "x"), file("sub/.tarmount-partial", "allowed below the top"), ok},
 			Tree:        map[string]string{"sub": "dir", "sub/.tarmount-partial": "file:allowed below the top", "ok": okTree},
 			Notes:       []string{"names that are not one path component or are reserved (refused): 1"},
@@ -210,20 +214,20 @@ func PathCases() []PathCase {
 		},
 		{
 			Name: "component longer than 255 bytes",
-			Members: []Member{file(strings.Repeat("n", 256), "x"), file(strings.Repeat("d", 300)+"/f", "x"),
+			Members: []tarbuild.Member{file(strings.Repeat("n", 256), "x"), file(strings.Repeat("d", 300)+"/f", "x"),
 				symlink(strings.Repeat("s", 256), "ok"), ok},
 			Tree:  map[string]string{"ok": okTree},
 			Notes: []string{"names that are not one path component or are reserved (refused): 3"},
 		},
 		{
 			Name:    "dot and empty components",
-			Members: []Member{file("./a/./b//c", "normalized"), dir("./"), file(".//d", "d"), ok},
+			Members: []tarbuild.Member{file("./a/./b//c", "normalized"), dir("./"), file(".//d", "d"), ok},
 			Tree:    map[string]string{"a": "dir", "a/b": "dir", "a/b/c": "file:normalized", "d": "file:d", "ok": okTree},
 		},
 		{
 			Name: "devices, fifos and setuid",
-			Members: []Member{{Name: "null", Type: TypeChar, Devmajor: 1, Devminor: 3}, {Name: "loop", Type: TypeBlock, Devmajor: 7},
-				{Name: "fifo", Type: TypeFIFO}, {Name: "suid", Body: "#!/bin/sh\n", Mode: 0o4755}, ok},
+			Members: []tarbuild.Member{{Name: "null", Type: tarbuild.TypeChar, Devmajor: 1, Devminor: 3}, {Name: "loop", Type: tarbuild.TypeBlock, Devmajor: 7},
+				{Name: "fifo", Type: tarbuild.TypeFIFO}, {Name: "suid", Body: "#!/bin/sh\n", Mode: 0o4755}, ok},
 			Tree: map[string]string{"null": "char:1,3", "loop": "block:7,0", "fifo": "fifo", "suid": "file:#!/bin/sh\n mode 4755",
 				"ok": okTree},
 			Unprivileged:      map[string]string{"null": "", "loop": "", "suid": "file:#!/bin/sh\n mode 755"},

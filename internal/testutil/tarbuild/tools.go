@@ -1,9 +1,8 @@
-package corpus
+package tarbuild
 
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	seekablezstd "github.com/SaveTheRbtz/zstd-seekable-format-go/pkg"
-	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	"golang.org/x/sys/unix"
 )
@@ -75,49 +72,19 @@ var (
 		"lz4", "lz4-linked", "lz4-legacy", "lz4-go", "bzip2", "pbzip2", "xz", "xz-mt"}
 )
 
-// TreeOptionsFor returns the TreeOptions that drop what spec cannot store,
-// as found by this package's tests with GNU tar 1.34, bsdtar 3.6 and Go 1.26
-// (see TestRoundTrip, which then compares exactly):
-//
-//   - gnu: no xattrs (bsdtar drops them silently, Go refuses them, and GNU
-//     tar given --xattrs silently writes posix instead, so Archive does not
-//     pass it) and whole-second mtimes. Long names and links (././@LongLink),
-//     big ids (base-256) and devices are fine. GNU tar stores the sparse
-//     file as old GNU sparse ('S'); bsdtar and Go store its holes as data.
-//   - ustar: as gnu, and no long names (ustar splits up to 155+100 bytes),
-//     no ids of 2097152 or more; GNU tar refuses --sparse, so the sparse
-//     file is stored whole; Go refuses non-ASCII names and link targets.
-//   - pax/posix: everything; GNU tar and bsdtar store the sparse file as
-//     GNU.sparse 1.0, Go as data. GNU tar's pax headers carry atime and
-//     ctime, so its archives differ from run to run; Go's do not.
-func TreeOptionsFor(spec Spec) TreeOptions {
-	var o TreeOptions
-	switch spec.Format {
-	case "gnu":
-		o.NoXattrs = true
-		o.NoSubsecond = true
-	case "ustar":
-		o.NoXattrs = true
-		o.NoSubsecond = true
-		o.NoLongNames = true
-		o.NoBigIDs = true
-		o.NoUnicode = spec.Tool == "go"
-	}
-	return o
-}
-
-// Archive packs srcDir into outPath as spec says, with the entries named
+// Archive packs srcDir (a tree such as corpus.MakeTree writes) into outPath as spec says, with the entries named
 // "./", "./a", "./a/b" like `tar -C srcDir -cf - .` does. It fails the test
 // when the tool reports an error (for example a name too long for ustar).
 // Safe to call from parallel tests.
 func Archive(t testing.TB, srcDir, outPath string, spec Spec) {
 	t.Helper()
-	if err := archive(srcDir, outPath, spec); err != nil {
-		t.Fatalf("corpus: archive %s as %s: %v", srcDir, spec, err)
+	if err := Make(srcDir, outPath, spec); err != nil {
+		t.Fatalf("tarbuild: archive %s as %s: %v", srcDir, spec, err)
 	}
 }
 
-func archive(srcDir, outPath string, spec Spec) error {
+// Make is Archive that returns the error instead of failing a test.
+func Make(srcDir, outPath string, spec Spec) error {
 	tarPath := outPath
 	if spec.Codec != "none" && spec.Codec != "" {
 		tarPath = outPath + ".tmp.tar"
@@ -134,13 +101,15 @@ func archive(srcDir, outPath string, spec Spec) error {
 	case "pigz":
 		return compressCLI(tarPath, outPath, "pigz", "-6", "-n", "-c")
 	case "gzip-multi":
-		return gzipMulti(tarPath, outPath, MultiPieceSize)
+		return compressGo(tarPath, outPath, func(b []byte) []byte { return GzipMembers(b, MultiPieceSize, 6) })
 	case "zstd":
 		return compressCLI(tarPath, outPath, "zstd", "-3", "-q", "-c")
 	case "pzstd":
 		return compressCLI(tarPath, outPath, "pzstd", "-p", "2", "-3", "-q", "-c")
-	case "zstd-multi", "zstd-seekable":
-		return zstdGo(tarPath, outPath, spec.Codec == "zstd-seekable")
+	case "zstd-multi":
+		return compressGo(tarPath, outPath, func(b []byte) []byte { z, _ := ZstdFrames(b, MultiPieceSize); return z })
+	case "zstd-seekable":
+		return compressGo(tarPath, outPath, func(b []byte) []byte { return ZstdSeekable(b, MultiPieceSize) })
 	case "lz4":
 		return compressCLI(tarPath, outPath, "lz4", "-q", "-c")
 	case "lz4-linked":
@@ -148,7 +117,7 @@ func archive(srcDir, outPath string, spec Spec) error {
 	case "lz4-legacy":
 		return compressCLI(tarPath, outPath, "lz4", "-l", "-q", "-c")
 	case "lz4-go":
-		return lz4Go(tarPath, outPath)
+		return compressGo(tarPath, outPath, func(b []byte) []byte { return LZ4Blocks(b, lz4.Block256Kb, true) })
 	case "bzip2":
 		return compressCLI(tarPath, outPath, "bzip2", "-9", "-c")
 	case "pbzip2":
@@ -205,7 +174,7 @@ func writeTar(srcDir, tarPath string, spec Spec) error {
 		if err != nil {
 			return err
 		}
-		if err := GoTar(out, srcDir, f); err != nil {
+		if err := GoTree(out, srcDir, f); err != nil {
 			out.Close()
 			return err
 		}
@@ -259,112 +228,16 @@ func runCmd(inPath, outPath string, warnings bool, name string, args ...string) 
 	return nil
 }
 
-// gzipMulti writes inPath as concatenated gzip members, one per piece bytes
-// of input (the last may be shorter).
-func gzipMulti(inPath, outPath string, piece int) error {
-	in, err := os.Open(inPath)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(outPath)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, piece)
-	zw, _ := gzip.NewWriterLevel(io.Discard, 6)
-	for {
-		n, rerr := io.ReadFull(in, buf)
-		if n > 0 {
-			zw.Reset(out)
-			if _, err := zw.Write(buf[:n]); err != nil {
-				out.Close()
-				return err
-			}
-			if err := zw.Close(); err != nil {
-				out.Close()
-				return err
-			}
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			out.Close()
-			return rerr
-		}
-	}
-	return out.Close()
-}
-
-// zstdGo writes inPath as zstd frames of MultiPieceSize decoded bytes,
-// with a seek table (the seekable format) when seekable is set.
-func zstdGo(inPath, outPath string, seekable bool) error {
+// compressGo compresses inPath into outPath with fn.
+func compressGo(inPath, outPath string, fn func([]byte) []byte) error {
 	data, err := os.ReadFile(inPath)
 	if err != nil {
 		return err
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		return err
-	}
-	defer enc.Close()
-	var out bytes.Buffer
-	var w io.Writer = &out
-	var sw *seekablezstd.Writer
-	if seekable {
-		if sw, err = seekablezstd.NewWriter(&out, enc); err != nil {
-			return err
-		}
-		w = sw
-	}
-	for i := 0; i < len(data); i += MultiPieceSize {
-		piece := data[i:min(i+MultiPieceSize, len(data))]
-		if seekable {
-			if _, err := w.Write(piece); err != nil {
-				return err
-			}
-			continue
-		}
-		out.Write(enc.EncodeAll(piece, nil))
-	}
-	if seekable {
-		if err := sw.Close(); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(outPath, out.Bytes(), 0o644)
+	return os.WriteFile(outPath, fn(data), 0o644)
 }
 
-// lz4Go writes inPath as an lz4 frame with pierrec/lz4: 256 KiB
-// independent blocks with block and content checksums.
-func lz4Go(inPath, outPath string) error {
-	in, err := os.Open(inPath)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(outPath)
-	if err != nil {
-		return err
-	}
-	w := lz4.NewWriter(out)
-	if err := w.Apply(lz4.BlockSizeOption(lz4.Block256Kb), lz4.BlockChecksumOption(true), lz4.ChecksumOption(true)); err != nil {
-		out.Close()
-		return err
-	}
-	if _, err := io.Copy(w, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := w.Close(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
-// GoTar writes srcDir to w as a tar stream in the given format with Go's
+// GoTree writes srcDir to w as a tar stream in the given format with Go's
 // archive/tar: entries in lexical order named "./", "./dir/", "./file";
 // the second and later names of an inode as TypeLink; symlinks, fifos and
 // devices; uid/gid without names; user.* xattrs as SCHILY.xattr PAX records
@@ -372,7 +245,7 @@ func lz4Go(inPath, outPath string) error {
 // cannot hold, such as a long name in ustar). Sparse files are written with
 // their holes as data. Whole-second formats get truncated mtimes. It does
 // not close w.
-func GoTar(w io.Writer, srcDir string, format tar.Format) error {
+func GoTree(w io.Writer, srcDir string, format tar.Format) error {
 	tw := tar.NewWriter(w)
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]string{}
@@ -513,7 +386,7 @@ func userXattrs(p string) (map[string]string, error) {
 func Extract(t testing.TB, archive, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("corpus: %v", err)
+		t.Fatalf("tarbuild: %v", err)
 	}
 	var stderr bytes.Buffer
 	// --delay-directory-restore: bsdtar writes a directory's subdirectory
@@ -533,10 +406,10 @@ func Extract(t testing.TB, archive, dir string) {
 		"--delay-directory-restore", "--warning=no-unknown-keyword", "-f", archive, "-C", dir)...)
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("corpus: extract %s: %v: %s", archive, err, strings.TrimSpace(stderr.String()))
+		t.Fatalf("tarbuild: extract %s: %v: %s", archive, err, strings.TrimSpace(stderr.String()))
 	}
 	if stderr.Len() > 0 {
-		t.Fatalf("corpus: extract %s: warnings: %s", archive, strings.TrimSpace(stderr.String()))
+		t.Fatalf("tarbuild: extract %s: warnings: %s", archive, strings.TrimSpace(stderr.String()))
 	}
 }
 
