@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // TestLifecycleOpenDir opens DIRs in every state Open tells apart: new,
@@ -176,7 +177,7 @@ func TestNotes(t *testing.T) {
 
 // TestOpenLocal opens files of DIR only once Run says they are complete.
 func TestOpenLocal(t *testing.T) {
-	ix, data := buildIndex(t, []tarMember{{name: "d/", typ: '5'}, {name: "d/f", body: "body"}})
+	ix, data := buildIndex(t, []tarbuild.Entry{{Name: "d/", Type: '5'}, {Name: "d/f", Body: []byte("body")}})
 	fid, ok := ix.LookupPath("d/f")
 	if !ok {
 		t.Fatal("no d/f in the index")

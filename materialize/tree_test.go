@@ -14,10 +14,11 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // buildIndex returns the index of a plain tar of members, and the tar.
-func buildIndex(t *testing.T, members []tarMember) (*index.Index, []byte) {
+func buildIndex(t *testing.T, members []tarbuild.Entry) (*index.Index, []byte) {
 	t.Helper()
 	archive := filepath.Join(t.TempDir(), "a.tar")
 	writeTar(t, archive, members, false)
@@ -49,22 +50,22 @@ func openRoot(t *testing.T) (string, int) {
 func TestDirTreePlan(t *testing.T) {
 	tests := []struct {
 		name      string
-		members   []tarMember
+		members   []tarbuild.Entry
 		wantOrder []string
 		wantNotes int
-		wantExtra map[string][]string // first name: other names
+		wantExtra map[string][]string // first Name: other names
 	}{
-		{"parents first", []tarMember{
-			{name: "a/", typ: '5'}, {name: "c/", typ: '5'}, {name: "a/b/", typ: '5'}, {name: "a/b/f", body: "f"},
+		{"parents first", []tarbuild.Entry{
+			{Name: "a/", Type: '5'}, {Name: "c/", Type: '5'}, {Name: "a/b/", Type: '5'}, {Name: "a/b/f", Body: []byte("f")},
 		}, []string{"a", "c", "a/b"}, 0, nil},
-		{"implicit directories", []tarMember{
-			{name: "x/y/f", body: "f"},
+		{"implicit directories", []tarbuild.Entry{
+			{Name: "x/y/f", Body: []byte("f")},
 		}, []string{"x", "x/y"}, 0, nil},
-		{"reserved name refused", []tarMember{
-			{name: stateDirName + "/f", body: "f"}, {name: "ok/", typ: '5'},
+		{"reserved name refused", []tarbuild.Entry{
+			{Name: stateDirName + "/f", Body: []byte("f")}, {Name: "ok/", Type: '5'},
 		}, []string{"ok"}, 1, nil},
-		{"hard links", []tarMember{
-			{name: "d/", typ: '5'}, {name: "f", body: "f"}, {name: "d/h", link: "f", typ: '1'}, {name: "h2", link: "f", typ: '1'},
+		{"hard links", []tarbuild.Entry{
+			{Name: "d/", Type: '5'}, {Name: "f", Body: []byte("f")}, {Name: "d/h", Link: "f", Type: '1'}, {Name: "h2", Link: "f", Type: '1'},
 		}, []string{"d"}, 0, map[string][]string{"f": {"d/h", "h2"}}},
 	}
 	for _, tt := range tests {
@@ -119,7 +120,7 @@ func TestDirTreePlan(t *testing.T) {
 // made exist and wait reports them made; once halted, wait reports the
 // others not made instead of blocking; make returns stop's error.
 func TestDirTreeMake(t *testing.T) {
-	members := []tarMember{{name: "a/", typ: '5'}, {name: "a/b/", typ: '5'}, {name: "a/b/c/", typ: '5'}, {name: "d/", typ: '5'}}
+	members := []tarbuild.Entry{{Name: "a/", Type: '5'}, {Name: "a/b/", Type: '5'}, {Name: "a/b/c/", Type: '5'}, {Name: "d/", Type: '5'}}
 	errStop := errors.New("stop")
 	tests := []struct {
 		name     string

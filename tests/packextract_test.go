@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tarmount/tarmount/tests/corpus"
-	"github.com/tarmount/tarmount/tests/treecmp"
+	"github.com/tarmount/tarmount/internal/testutil/corpus"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 // TestExtractPackedUsesEmbeddedIndex extracts an archive made by
@@ -24,13 +25,13 @@ func TestExtractPackedUsesEmbeddedIndex(t *testing.T) {
 	if err := os.Mkdir(served, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec := corpus.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}
+	spec := tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}
 	opts := corpus.TreeOptionsFor(spec)
 	opts.Many = 300
 	corpus.MakeTree(t, src, opts)
 	orig := filepath.Join(work, "orig"+spec.Ext())
-	corpus.Archive(t, src, orig, spec)
-	corpus.Extract(t, orig, ref)
+	tarbuild.Archive(t, src, orig, spec)
+	tarbuild.Extract(t, orig, ref)
 	packed := filepath.Join(served, "packed.tar.zst")
 	// Spans of 256 KiB: the packed archive has many frames.
 	if out, err := exec.Command(binary, "pack", orig, "-o", packed, "--span", "262144",
