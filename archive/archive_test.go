@@ -3,7 +3,6 @@ package archive
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // testTree is the content of the archives of these tests: name -> data.
@@ -39,24 +39,11 @@ func testTree(files int) map[string][]byte {
 // tarGz writes tree as a tar.gz.
 func tarGz(t *testing.T, tree map[string][]byte) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	tw := tar.NewWriter(zw)
+	var entries []tarbuild.Entry
 	for name, data := range tree {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			t.Fatal(err)
-		}
+		entries = append(entries, tarbuild.Entry{Name: name, Body: data})
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
+	return tarbuild.Gzip(tarbuild.Go(t, tar.FormatPAX, entries...))
 }
 
 // checkTree checks that dir holds the files of tree.
