@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,12 +71,14 @@ func TestMountEveryCodec(t *testing.T) {
 			tarbuild.Extract(t, archive, ref)
 			base, _ := serve(t, served)
 			cache := filepath.Join(work, "cache")
+			opts := libOptions(cache)
+			opts.Span, _ = strconv.ParseInt(span, 10, 64)
 			for i, url := range []string{archive, base + "/" + filepath.Base(archive)} {
-				m := mount(t, url, "--cache-dir", cache, "--span", span)
+				m := libMount(t, url, opts)
 				treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 				// Said once the index pass (if any) has found out;
 				// the listings above waited for it.
-				out := m.stderr.String()
+				out := m.log.String()
 				if got := strings.Count(out, "stream-only archive"); tc.streamOnly && got != 1 || !tc.streamOnly && got != 0 {
 					t.Errorf("%d messages about a stream-only archive, want streamOnly=%v:\n%s", got, tc.streamOnly, out)
 				}
@@ -103,9 +106,11 @@ func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
 	if err := os.Remove(copies[0]); err != nil {
 		t.Fatal(err)
 	}
-	m := mount(t, url, "--cache-dir", cache, "--span", "262144")
-	if !strings.Contains(m.stderr.String(), "decoding it again") {
-		t.Errorf("no message about decoding the archive again:\n%s", m.stderr)
+	opts := libOptions(cache)
+	opts.Span = 256 << 10
+	m := libMount(t, url, opts)
+	if !strings.Contains(m.log.String(), "decoding it again") {
+		t.Errorf("no message about decoding the archive again:\n%s", m.log)
 	}
 	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 	m.stop(t)

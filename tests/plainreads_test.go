@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -18,11 +17,10 @@ import (
 func TestPlainTarReads(t *testing.T) {
 	needFUSE(t)
 	f := newFixture(t, corpus.TreeOptions{}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"}, "a.tar")
-	cache := filepath.Join(f.work, "cache")
-	if out, err := exec.Command(binary, "index", f.url, "--cache-dir", cache, "--cache-disk", "0").CombinedOutput(); err != nil {
-		t.Fatalf("tarmount index: %v\n%s", err, out)
-	}
-	m := mount(t, f.url, "--cache-dir", cache, "--cache-disk", "0")
+	opts := libOptions(filepath.Join(f.work, "cache"))
+	opts.CacheDisk = 0
+	libIndex(t, f.url, opts)
+	m := libMount(t, f.url, opts)
 	f.server.ResetStats()
 
 	readme, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
