@@ -1,7 +1,6 @@
 package index
 
 import (
-	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -716,26 +715,6 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 		return nil, fmt.Errorf("%w: decode span %d: %v", ErrCorrupt, i, err)
 	}
 	return data, nil
-}
-
-func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
-	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
-	if size <= maxSpanPrealloc {
-		// In place: no copy out of the inflater's buffers.
-		if int64(cap(buf)) < size+inflate.Margin {
-			buf = make([]byte, size, size+inflate.Margin)
-		}
-		buf = buf[:size]
-		if err := inflate.DecodeInto(buf, comp, icp); err != nil {
-			return nil, err
-		}
-		return buf, nil
-	}
-	z, err := inflate.NewReaderAt(bytes.NewReader(comp), icp, inflate.Options{Limit: size})
-	if err != nil {
-		return nil, err
-	}
-	return readSpan(z, size, buf)
 }
 
 func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
