@@ -73,7 +73,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	if err != nil {
 		return nil, fmt.Errorf("read archive start: %w", err)
 	}
-	if codec == 0 {
+	if !codec.known() {
 		return nil, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
 	}
 	b := newBuilder(log)
@@ -90,7 +90,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	}
 	var tarStream io.Reader = pr
 	var dec passDecoder
-	if codec != CodecNone {
+	if codec.compressed() {
 		var stop func()
 		if dec, stop, err = newPass(pr, codec, rec); err != nil {
 			return nil, err
@@ -114,7 +114,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			break
 		}
 		if err != nil {
-			if codec != CodecNone && n == 0 && errors.Is(err, tarscan.ErrNotTar) {
+			if codec.compressed() && n == 0 && errors.Is(err, tarscan.ErrNotTar) {
 				return nil, fmt.Errorf("%w: %s stream does not hold a tar archive", ErrUnsupported, codec)
 			}
 			return nil, err
@@ -144,8 +144,8 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		rec.finish()
 		ix.TarSize = tarSize
 		ix.End = CompressedOffset(end)
-		if g, ok := dec.(*gzipPass); ok && g.Trailing() {
-			log.Warn("data after the last gzip member ignored, as gzip -d does")
+		if t, ok := dec.(trailer); ok && t.trailing() != "" {
+			log.Warn(t.trailing())
 		}
 	}
 	if opts.OnProgress != nil {

@@ -17,10 +17,10 @@ func NewDecoder(r io.Reader) (io.Reader, Codec, error) {
 	}
 	// A recorder with a span this long keeps one checkpoint: nothing accumulates.
 	rec := newRecorder(&Index{}, 1<<50, nil)
-	switch codec {
-	case 0:
+	if !codec.known() {
 		return nil, 0, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
-	case CodecNone:
+	}
+	if !codec.compressed() {
 		return pr, codec, nil
 	}
 	dec, _, err := newPass(pr, codec, rec)

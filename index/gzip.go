@@ -44,7 +44,7 @@ func (g *gzipPass) finish() (int64, int64, error) {
 	return g.Offset(), g.rec.ix.Source.Size, nil
 }
 
-func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
+func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, _, size int64, buf []byte) ([]byte, error) {
 	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
 	if size <= maxSpanPrealloc {
 		// In place: no copy out of the inflater's buffers.
@@ -62,4 +62,11 @@ func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64, buf [
 		return nil, err
 	}
 	return readSpan(z, size, buf)
+}
+
+func (g *gzipPass) trailing() string {
+	if g.Trailing() {
+		return "data after the last gzip member ignored, as gzip -d does"
+	}
+	return ""
 }

@@ -617,7 +617,7 @@ func (l *Live) release(s *liveSnap) {
 // where it lies.
 func (l *Live) coveredLocked() int64 {
 	ix := l.ix
-	if ix.Codec == CodecNone {
+	if !ix.Codec.compressed() {
 		return ix.Source.Size
 	}
 	done := len(ix.Digests) // spans 0..done-1 are complete
@@ -646,7 +646,7 @@ func (l *Live) coveredLocked() int64 {
 func (l *Live) partialLocked() *Index {
 	ix := l.ix
 	p := &Index{Source: ix.Source, Codec: ix.Codec, Span: ix.Span, TarSize: ix.Source.Size}
-	if ix.Codec == CodecNone {
+	if !ix.Codec.compressed() {
 		return p
 	}
 	end := l.coveredLocked()

@@ -199,7 +199,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	for i := range r.recent {
 		r.recent[i].span = -2
 	}
-	if bs, ok := src.(BlockSource); ok && ix.Codec != CodecNone {
+	if bs, ok := src.(BlockSource); ok && ix.Codec.compressed() {
 		// A compressed span is fetched with one exact range request:
 		// whole blocks would fetch more than it holds.
 		r.src = exactSource{bs}
@@ -324,7 +324,7 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, file fileD
 	if off < 0 || off+int64(len(p)) > r.TarSize {
 		return fmt.Errorf("%w: range %d+%d beyond the tar stream (%d)", ErrCorrupt, off, len(p), r.TarSize)
 	}
-	if r.Codec == CodecNone {
+	if !r.Codec.compressed() {
 		if r.blocks != nil {
 			return r.readPlain(ctx, p, off, file)
 		}
@@ -482,7 +482,7 @@ func (r *Reader) recycleLocked(c *spanCall) {
 	}
 	// Pieces of a plain tar are as long as the files they hold: their
 	// buffers are not worth keeping.
-	if len(r.free) < maxFreeSpans && r.Codec != CodecNone {
+	if len(r.free) < maxFreeSpans && r.Codec.compressed() {
 		r.free = append(r.free, c.data[:0])
 	}
 	c.data = nil
@@ -531,7 +531,7 @@ func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 		if err == nil {
 			var buf []byte
 			buf, reserved = r.reserve(g.end - g.start)
-			if r.Codec == CodecNone {
+			if !r.Codec.compressed() {
 				data, err = r.fetchPiece(r.ctx, g)
 			} else {
 				data, err = r.decodeSpan(r.ctx, i, nil, buf)
@@ -662,7 +662,7 @@ func readSpan(r io.Reader, size int64, buf []byte) ([]byte, error) {
 func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu chan struct{}, buf []byte) ([]byte, error) {
 	cp := r.Checkpoints[i]
 	compEnd := int64(r.End)
-	endBit := int64(-1) // where the span ends in comp, for bzip2
+	endBit := int64(-1) // where the span ends in comp, in bits
 	if i+1 < len(r.Checkpoints) {
 		// The next checkpoint's first bit lies in byte In; a frame or
 		// member checkpoint starts at In itself.
@@ -693,31 +693,14 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 	if err != nil {
 		return nil, err
 	}
-	var data []byte
-	switch r.Codec {
-	case CodecGzip:
-		data, err = decodeGzipSpan(comp, cp, window, size, buf)
-	case CodecZstd:
-		data, err = decodeZstdSpan(comp, size, buf)
-	case CodecLZ4:
-		data, err = decodeLZ4Span(comp, cp, window, size, buf)
-	case CodecBzip2:
-		if endBit < 0 {
-			endBit = int64(len(comp)) * 8
-		}
-		data, err = decodeBzip2Span(comp, cp, endBit, size, buf)
-	case CodecXz:
-		data, err = decodeXzSpan(comp, cp, size, buf)
-	default:
-		err = fmt.Errorf("no span decoder for %s", r.Codec)
-	}
+	data, err := r.Codec.def().decodeSpan(comp, cp, window, endBit, size, buf)
 	if err != nil {
 		return nil, fmt.Errorf("%w: decode span %d: %v", ErrCorrupt, i, err)
 	}
 	return data, nil
 }
 
-func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
+func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, _, size int64, buf []byte) ([]byte, error) {
 	d, err := newLZ4Span(comp, cp, window, size)
 	if err != nil {
 		return nil, err

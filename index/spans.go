@@ -13,7 +13,7 @@ import "context"
 // decodable spans: a compressed archive with checkpoints. A plain tar
 // (CodecNone) has none; its bytes are read with ranged reads directly.
 func (ix *Index) HasSpans() bool {
-	return ix.Codec != CodecNone && len(ix.Checkpoints) > 0 && len(ix.Digests) == len(ix.Checkpoints)
+	return ix.Codec.compressed() && len(ix.Checkpoints) > 0 && len(ix.Digests) == len(ix.Checkpoints)
 }
 
 // HasSpans reports whether r can decode the archive in independent spans:
