@@ -190,7 +190,9 @@ func (c Codec) known() bool { return c.def() != &unknownCodec }
 
 // compressed reports whether an archive in codec c is decoded through
 // checkpoints; a plain tar's bytes are read where they lie.
-func (c Codec) compressed() bool { return c.def().newPass != nil }
+func (c Codec) compressed() bool { return c.def().compressed() }
+
+func (c *codec) compressed() bool { return c.newPass != nil }
 
 func (c Codec) String() string { return c.def().name }
 
