@@ -41,8 +41,8 @@ type codec struct {
 	// the background when the pass ends early. Nil for a plain tar, whose
 	// stream is scanned as it is stored.
 	newPass func(r io.Reader, rec *recorder) (passDecoder, func(), error)
-	// decodeSpan decodes one span from its checkpoint; nil for a plain
-	// tar, whose bytes are read where they lie.
+	// decodeSpan decodes one span from its checkpoint (a plain tar has
+	// no checkpoints: its bytes are read where they lie).
 	decodeSpan spanDecoder
 	// kinds are the checkpoint kinds an index of this codec may hold.
 	kinds []inflate.Kind
@@ -137,6 +137,7 @@ var registry = []codec{
 			return len(head) >= 512 && looksLikeTar(head[:512]) ||
 				len(head) >= 1024 && bytes.Count(head[:1024], []byte{0}) == 1024
 		},
+		decodeSpan: noSpanDecoder("tar"),
 	},
 }
 
@@ -159,9 +160,14 @@ var unknownCodec = codec{
 	newPass: func(io.Reader, *recorder) (passDecoder, func(), error) {
 		return nil, nop, fmt.Errorf("%w: no decoder for unknown", ErrUnsupported)
 	},
-	decodeSpan: func([]byte, Checkpoint, []byte, int64, int64, []byte) ([]byte, error) {
-		return nil, fmt.Errorf("no span decoder for unknown")
-	},
+	decodeSpan: noSpanDecoder("unknown"),
+}
+
+// noSpanDecoder returns the span decoder of a codec that has none.
+func noSpanDecoder(name string) spanDecoder {
+	return func([]byte, Checkpoint, []byte, int64, int64, []byte) ([]byte, error) {
+		return nil, fmt.Errorf("no span decoder for %s", name)
+	}
 }
 
 // codecs is registry by Codec; filled once, at init.
