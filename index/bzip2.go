@@ -631,8 +631,11 @@ func (p *bzip2Pass) close() { p.w.close() }
 
 // decodeBzip2Span decodes size bytes from checkpoint cp; comp holds the
 // compressed bytes from cp.In, of which the first endBit bits belong to
-// the span.
-func decodeBzip2Span(comp []byte, cp Checkpoint, endBit int64, size int64, buf []byte) ([]byte, error) {
+// the span (all of them when endBit is negative).
+func decodeBzip2Span(comp []byte, cp Checkpoint, _ []byte, endBit, size int64, buf []byte) ([]byte, error) {
+	if endBit < 0 {
+		endBit = int64(len(comp)) * 8
+	}
 	if cp.Kind != kindBzip2Block || cp.Flags < 1 || cp.Flags > 9 {
 		return nil, fmt.Errorf("checkpoint kind %d level %d in a bzip2 stream", cp.Kind, cp.Flags)
 	}

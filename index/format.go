@@ -330,7 +330,7 @@ func decodePayload(p []byte) (*Index, error) {
 	ix.TarSize = int64(d.bounded("tar size", math.MaxInt64))
 	ix.Span = int64(d.bounded("span", math.MaxInt64))
 	ix.End = CompressedOffset(d.bounded("end", uint64(ix.Source.Size)))
-	if ix.Codec < CodecNone || ix.Codec > CodecXz {
+	if !ix.Codec.known() {
 		d.fail("codec")
 	}
 	ix.Checkpoints = make([]Checkpoint, d.count("checkpoints", 6))
@@ -349,7 +349,7 @@ func decodePayload(p []byte) (*Index, error) {
 			d.fail("checkpoint")
 		}
 	}
-	if ix.Codec != CodecNone && len(ix.Checkpoints) == 0 {
+	if ix.Codec.compressed() && len(ix.Checkpoints) == 0 {
 		d.fail("checkpoints")
 	}
 	ix.Digests = make([]uint64, d.count("digests", 8))
@@ -428,24 +428,6 @@ func decodePayload(p []byte) (*Index, error) {
 		return nil, err
 	}
 	return ix, nil
-}
-
-// kindAllowed reports whether a checkpoint of kind k may appear in an
-// archive compressed with c.
-func kindAllowed(c Codec, k inflate.Kind) bool {
-	switch c {
-	case CodecGzip:
-		return k == inflate.KindMember || k == inflate.KindBlock
-	case CodecZstd:
-		return k == kindFrame || k == kindLocal
-	case CodecLZ4:
-		return k == kindFrame || k == kindLZ4Block || k == kindLZ4Legacy
-	case CodecBzip2:
-		return k == kindBzip2Block || k == kindLocal
-	case CodecXz:
-		return k == kindXzBlock || k == kindLocal
-	}
-	return false
 }
 
 // validate checks the references between records, so that accessors never

@@ -49,7 +49,7 @@ func checkSpans(t *testing.T, obj []byte) {
 		if err != nil {
 			t.Fatalf("span %d: %v", i, err)
 		}
-		if !bytes.Equal(got, want[cp.Out:r.spanEnd(i)]) {
+		if !bytes.Equal(got, want[cp.Out:r.ix.spanEnd(i)]) {
 			t.Fatalf("span %d at %d differs from the sequential decode", i, cp.Out)
 		}
 	}

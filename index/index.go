@@ -27,49 +27,6 @@ var (
 	errTooManyEntries = errors.New("index: too many entries")
 )
 
-// Codec is the compression of the archive as stored.
-type Codec uint8
-
-// Codecs.
-const (
-	CodecNone Codec = iota + 1
-	CodecGzip
-	CodecZstd
-	CodecLZ4
-	CodecBzip2
-	CodecXz
-)
-
-func (c Codec) String() string {
-	switch c {
-	case CodecNone:
-		return "tar"
-	case CodecGzip:
-		return "gzip"
-	case CodecZstd:
-		return "zstd"
-	case CodecLZ4:
-		return "lz4"
-	case CodecBzip2:
-		return "bzip2"
-	case CodecXz:
-		return "xz"
-	}
-	return "unknown"
-}
-
-// StreamOnlyReason says why an archive in codec c can be read only from
-// the start of its stream, for the log line of a stream-only archive.
-func (c Codec) StreamOnlyReason() string {
-	switch c {
-	case CodecZstd:
-		return "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)"
-	case CodecXz:
-		return "it has an xz stream of one block (xz without -T writes one) or a block too big to decode per read"
-	}
-	return c.String() + " streams are decoded from their start"
-}
-
 // Checkpoint is a place in the compressed stream where decoding resumes.
 // Kind is inflate's for gzip, or one of this package's for other codecs.
 type Checkpoint struct {

@@ -109,7 +109,7 @@ func readAll(t testing.TB, r *Reader, id EntryID) []byte {
 	buf := make([]byte, e.Size)
 	n, err := r.ReadAt(context.Background(), id, buf, 0)
 	if err != nil && err != io.EOF {
-		t.Fatalf("read %s: %v", r.Path(id), err)
+		t.Fatalf("read %s: %v", r.ix.Path(id), err)
 	}
 	return buf[:n]
 }

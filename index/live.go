@@ -352,7 +352,7 @@ func (l *Live) Len() int {
 		if s.fwd != nil {
 			return len(s.fwd)
 		}
-		return s.r.Len()
+		return s.r.ix.Len()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -405,7 +405,7 @@ func (l *Live) Entry(id EntryID) *Entry {
 			}
 			return nil
 		}
-		e := s.r.Entry(fid)
+		e := s.r.ix.Entry(fid)
 		if e != nil {
 			e.Parent = s.passID(e.Parent)
 		}
@@ -439,7 +439,7 @@ func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
 		if !ok {
 			return 0, false
 		}
-		id, ok := s.r.Lookup(fdir, name)
+		id, ok := s.r.ix.Lookup(fdir, name)
 		return s.passID(id), ok
 	}
 	l.mu.Lock()
@@ -460,7 +460,7 @@ func (l *Live) Children(dir EntryID) []Dirent {
 		if !ok {
 			return nil
 		}
-		out := s.r.Children(fdir)
+		out := s.r.ix.Children(fdir)
 		for i := range out {
 			out[i].ID = s.passID(out[i].ID)
 		}
@@ -504,7 +504,7 @@ const maxPathParts = 4096
 func (l *Live) Xattrs(id EntryID) []Xattr {
 	if s := l.served.Load(); s != nil {
 		if fid, ok := s.finalID(id); ok {
-			return s.r.Xattrs(fid)
+			return s.r.ix.Xattrs(fid)
 		}
 		return slices.Clone(s.dead[id].xattrs)
 	}
@@ -583,7 +583,7 @@ func (l *Live) reader(ctx context.Context, need int64) (s *liveSnap, final bool,
 		if l.closed {
 			return nil, false, fmt.Errorf("%w: closed", ErrPassFailed)
 		}
-		if l.snap != nil && l.snap.r.TarSize >= need {
+		if l.snap != nil && l.snap.r.ix.TarSize >= need {
 			l.snap.refs++
 			return l.snap, false, nil
 		}
@@ -617,7 +617,7 @@ func (l *Live) release(s *liveSnap) {
 // where it lies.
 func (l *Live) coveredLocked() int64 {
 	ix := l.ix
-	if ix.Codec == CodecNone {
+	if !ix.Codec.compressed() {
 		return ix.Source.Size
 	}
 	done := len(ix.Digests) // spans 0..done-1 are complete
@@ -646,7 +646,7 @@ func (l *Live) coveredLocked() int64 {
 func (l *Live) partialLocked() *Index {
 	ix := l.ix
 	p := &Index{Source: ix.Source, Codec: ix.Codec, Span: ix.Span, TarSize: ix.Source.Size}
-	if ix.Codec == CodecNone {
+	if !ix.Codec.compressed() {
 		return p
 	}
 	end := l.coveredLocked()

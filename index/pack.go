@@ -79,7 +79,7 @@ func Pack(ctx context.Context, w io.Writer, r io.Reader, opts PackOptions) (*Ind
 	if err != nil {
 		return nil, err
 	}
-	if scanned.Codec != CodecNone {
+	if scanned.Codec.compressed() {
 		return nil, fmt.Errorf("%w: pack wants a decoded tar stream, got %s", ErrUnsupported, scanned.Codec)
 	}
 	if _, err := io.Copy(fw, r); err != nil { // what follows the end of the archive

@@ -134,7 +134,7 @@ func (r *Reader) readPlain(ctx context.Context, p []byte, off int64, file fileDa
 		bs := r.blocks.BlockSize()
 		limit := file.end
 		if walker && !large {
-			limit = r.TarSize
+			limit = r.ix.TarSize
 		}
 		from := off + int64(len(p))
 		r.blocks.Prefetch(from, min(limit, (off/bs+1+int64(window))*bs)-from)

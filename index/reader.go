@@ -1,7 +1,6 @@
 package index
 
 import (
-	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -61,8 +60,14 @@ type ReaderOptions struct {
 // nearest checkpoint and verifies its digest before any byte is returned.
 // It is safe for concurrent use.
 type Reader struct {
-	*Index
+	// Codec and TarSize are the index's, for callers; set once, not to
+	// be modified.
+	Codec   Codec
+	TarSize int64
+
 	// set once
+	ix     *Index
+	def    *codec // ix.Codec's
 	src    Source
 	local  io.ReaderAt
 	log    *slog.Logger
@@ -107,6 +112,24 @@ type ReaderStats struct {
 	SpanDecodes int64 // spans decoded (or read from the local copy) and verified, readahead and SpanReader included
 	CachedBytes int64 // bytes of decoded spans cached now, and of spans being decoded
 }
+
+// The entries of the index, as Index has them: Reader serves a tree as
+// well as the bytes of its files.
+
+// Len returns the number of entries, as Index.Len.
+func (r *Reader) Len() int { return r.ix.Len() }
+
+// Entry returns the entry with the given id, as Index.Entry.
+func (r *Reader) Entry(id EntryID) *Entry { return r.ix.Entry(id) }
+
+// Children returns the names in directory dir, as Index.Children.
+func (r *Reader) Children(dir EntryID) []Dirent { return r.ix.Children(dir) }
+
+// Lookup finds name in directory dir, as Index.Lookup.
+func (r *Reader) Lookup(dir EntryID, name string) (EntryID, bool) { return r.ix.Lookup(dir, name) }
+
+// Xattrs returns the extended attributes of id, as Index.Xattrs.
+func (r *Reader) Xattrs(id EntryID) []Xattr { return r.ix.Xattrs(id) }
 
 // Stats returns the counters; each is read atomically. It is cheap enough
 // to call at every scrape of a metrics endpoint.
@@ -180,18 +203,21 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reader{
-		cpu:    make(chan struct{}, runtime.GOMAXPROCS(0)),
-		Index:  ix,
-		src:    src,
-		local:  opts.Local,
-		log:    log,
-		ctx:    ctx,
-		cancel: cancel,
-		spans:  make(map[int]*spanCall),
-		lru:    list.New(),
-		limit:  limit,
-		ahead:  max(ahead, 0),
-		slots:  make(chan struct{}, decodeSlots()),
+		cpu:     make(chan struct{}, runtime.GOMAXPROCS(0)),
+		ix:      ix,
+		def:     ix.Codec.def(),
+		Codec:   ix.Codec,
+		TarSize: ix.TarSize,
+		src:     src,
+		local:   opts.Local,
+		log:     log,
+		ctx:     ctx,
+		cancel:  cancel,
+		spans:   make(map[int]*spanCall),
+		lru:     list.New(),
+		limit:   limit,
+		ahead:   max(ahead, 0),
+		slots:   make(chan struct{}, decodeSlots()),
 	}
 	r.localDamaged = opts.LocalDamaged
 	if opts.shared != nil {
@@ -200,7 +226,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 	for i := range r.recent {
 		r.recent[i].span = -2
 	}
-	if bs, ok := src.(BlockSource); ok && ix.Codec != CodecNone {
+	if bs, ok := src.(BlockSource); ok && ix.Codec.compressed() {
 		// A compressed span is fetched with one exact range request:
 		// whole blocks would fetch more than it holds.
 		r.src = exactSource{bs}
@@ -229,17 +255,17 @@ func (r *Reader) Close() error {
 // ReadAt reads the content of entry id at off, like io.ReaderAt: holes of
 // sparse files read as zeros without fetching anything.
 func (r *Reader) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int, error) {
-	e := r.Entry(id)
+	e := r.ix.Entry(id)
 	if e == nil {
 		return 0, ErrNotFound
 	}
 	var chunks []SparseChunk
 	if e.Sparse {
-		chunks = r.SparseMap(id)
+		chunks = r.ix.SparseMap(id)
 	}
 	n, err := r.readEntry(ctx, e, chunks, p, off)
 	if err != nil && err != io.EOF && !errors.Is(err, ErrNotRegular) {
-		err = fmt.Errorf("read %s at %d: %w", r.Path(id), off, err)
+		err = fmt.Errorf("read %s at %d: %w", r.ix.Path(id), off, err)
 	}
 	return n, err
 }
@@ -322,10 +348,10 @@ func (r *Reader) readSparse(ctx context.Context, e *Entry, chunks []SparseChunk,
 // of file. A read that starts a file (file.first) is probably the first of
 // a sequential reader.
 func (r *Reader) readStream(ctx context.Context, p []byte, off int64, file fileData) error {
-	if off < 0 || off+int64(len(p)) > r.TarSize {
-		return fmt.Errorf("%w: range %d+%d beyond the tar stream (%d)", ErrCorrupt, off, len(p), r.TarSize)
+	if off < 0 || off+int64(len(p)) > r.ix.TarSize {
+		return fmt.Errorf("%w: range %d+%d beyond the tar stream (%d)", ErrCorrupt, off, len(p), r.ix.TarSize)
 	}
-	if r.Codec == CodecNone {
+	if !r.def.compressed() {
 		if r.blocks != nil {
 			return r.readPlain(ctx, p, off, file)
 		}
@@ -336,7 +362,7 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, file fileD
 		fileEnd = file.end
 	}
 	for len(p) > 0 {
-		i := r.span(off)
+		i := r.ix.span(off)
 		if i < 0 {
 			return fmt.Errorf("%w: no checkpoint before %d", ErrCorrupt, off)
 		}
@@ -346,7 +372,7 @@ func (r *Reader) readStream(ctx context.Context, p []byte, off int64, file fileD
 		if err != nil {
 			return err
 		}
-		n := copy(p, c.data[off-int64(r.Checkpoints[i].Out):])
+		n := copy(p, c.data[off-int64(r.ix.Checkpoints[i].Out):])
 		r.release(c)
 		p, off = p[n:], off+int64(n)
 	}
@@ -368,7 +394,7 @@ func (r *Reader) readahead(i int, fileEnd int64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	window, limit := 0, len(r.Checkpoints)-1
+	window, limit := 0, len(r.ix.Checkpoints)-1
 	k := -1
 	for j, e := range r.recent {
 		if e.span == i || e.span == i-1 {
@@ -385,9 +411,9 @@ func (r *Reader) readahead(i int, fileEnd int64) {
 		}
 		window = e.window
 	default:
-		if fileEnd > r.spanEnd(i) {
+		if fileEnd > r.ix.spanEnd(i) {
 			window = r.ahead
-			limit = r.span(fileEnd - 1)
+			limit = r.ix.span(fileEnd - 1)
 		}
 		r.recent[r.next] = readSeq{span: i, window: window}
 		r.next = (r.next + 1) % recentSpans
@@ -424,7 +450,7 @@ type region struct {
 
 // spanRegion returns the region of span i.
 func (r *Reader) spanRegion(i int) region {
-	return region{key: i, start: int64(r.Checkpoints[i].Out), end: r.spanEnd(i)}
+	return region{key: i, start: int64(r.ix.Checkpoints[i].Out), end: r.ix.spanEnd(i)}
 }
 
 // spanData returns region g (span g.key, decoded), with a reference that
@@ -483,7 +509,7 @@ func (r *Reader) recycleLocked(c *spanCall) {
 	}
 	// Pieces of a plain tar are as long as the files they hold: their
 	// buffers are not worth keeping.
-	if len(r.free) < maxFreeSpans && r.Codec != CodecNone {
+	if len(r.free) < maxFreeSpans && r.def.compressed() {
 		r.free = append(r.free, c.data[:0])
 	}
 	c.data = nil
@@ -532,7 +558,7 @@ func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 		if err == nil {
 			var buf []byte
 			buf, reserved = r.reserve(g.end - g.start)
-			if r.Codec == CodecNone {
+			if !r.def.compressed() {
 				data, err = r.fetchPiece(r.ctx, g)
 			} else {
 				data, err = r.decodeSpan(r.ctx, i, nil, buf)
@@ -587,8 +613,8 @@ func (r *Reader) dropCache() {
 // span decoder (or reads them from the local copy), then checks them
 // against the span's digest. It is the one way every codec's spans are read.
 func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}, buf []byte) ([]byte, error) {
-	cp := r.Checkpoints[i]
-	size := r.spanEnd(i) - int64(cp.Out)
+	cp := r.ix.Checkpoints[i]
+	size := r.ix.spanEnd(i) - int64(cp.Out)
 	var data []byte
 	var err error
 	local := cp.Kind == kindLocal
@@ -597,7 +623,7 @@ func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}, buf [
 	} else {
 		data, err = r.decodeFromArchive(ctx, i, size, cpu, buf)
 	}
-	if err == nil && xxhash.Sum64(data) != r.Digests[i] {
+	if err == nil && xxhash.Sum64(data) != r.ix.Digests[i] {
 		r.log.Error("span digest mismatch", "span", i, "off", cp.Out, "local", local)
 		err = fmt.Errorf("%w: span %d at %d: digest mismatch", ErrCorrupt, i, cp.Out)
 	}
@@ -620,7 +646,7 @@ func (r *Reader) readLocal(i int, size int64, buf []byte) ([]byte, error) {
 	if r.local == nil {
 		return nil, ErrNoLocalCopy
 	}
-	data, err := readSpan(io.NewSectionReader(r.local, int64(r.Checkpoints[i].Out), size), size, buf)
+	data, err := readSpan(io.NewSectionReader(r.local, int64(r.ix.Checkpoints[i].Out), size), size, buf)
 	if err != nil {
 		return nil, fmt.Errorf("%w: span %d from the local copy: %v", ErrCorrupt, i, err)
 	}
@@ -661,13 +687,13 @@ func readSpan(r io.Reader, size int64, buf []byte) ([]byte, error) {
 // them from its checkpoint into size bytes, holding a token of cpu (when
 // not nil) while it decodes.
 func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu chan struct{}, buf []byte) ([]byte, error) {
-	cp := r.Checkpoints[i]
-	compEnd := int64(r.End)
-	endBit := int64(-1) // where the span ends in comp, for bzip2
-	if i+1 < len(r.Checkpoints) {
+	cp := r.ix.Checkpoints[i]
+	compEnd := int64(r.ix.End)
+	endBit := int64(-1) // where the span ends in comp, in bits
+	if i+1 < len(r.ix.Checkpoints) {
 		// The next checkpoint's first bit lies in byte In; a frame or
 		// member checkpoint starts at In itself.
-		next := r.Checkpoints[i+1]
+		next := r.ix.Checkpoints[i+1]
 		compEnd = min(compEnd, int64(next.In))
 		if next.Kind == inflate.KindBlock || next.Kind == kindBzip2Block {
 			compEnd++
@@ -694,51 +720,14 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 	if err != nil {
 		return nil, err
 	}
-	var data []byte
-	switch r.Codec {
-	case CodecGzip:
-		data, err = decodeGzipSpan(comp, cp, window, size, buf)
-	case CodecZstd:
-		data, err = decodeZstdSpan(comp, size, buf)
-	case CodecLZ4:
-		data, err = decodeLZ4Span(comp, cp, window, size, buf)
-	case CodecBzip2:
-		if endBit < 0 {
-			endBit = int64(len(comp)) * 8
-		}
-		data, err = decodeBzip2Span(comp, cp, endBit, size, buf)
-	case CodecXz:
-		data, err = decodeXzSpan(comp, cp, size, buf)
-	default:
-		err = fmt.Errorf("no span decoder for %s", r.Codec)
-	}
+	data, err := r.def.decodeSpan(comp, cp, window, endBit, size, buf)
 	if err != nil {
 		return nil, fmt.Errorf("%w: decode span %d: %v", ErrCorrupt, i, err)
 	}
 	return data, nil
 }
 
-func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
-	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
-	if size <= maxSpanPrealloc {
-		// In place: no copy out of the inflater's buffers.
-		if int64(cap(buf)) < size+inflate.Margin {
-			buf = make([]byte, size, size+inflate.Margin)
-		}
-		buf = buf[:size]
-		if err := inflate.DecodeInto(buf, comp, icp); err != nil {
-			return nil, err
-		}
-		return buf, nil
-	}
-	z, err := inflate.NewReaderAt(bytes.NewReader(comp), icp, inflate.Options{Limit: size})
-	if err != nil {
-		return nil, err
-	}
-	return readSpan(z, size, buf)
-}
-
-func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64, buf []byte) ([]byte, error) {
+func decodeLZ4Span(comp []byte, cp Checkpoint, window []byte, _, size int64, buf []byte) ([]byte, error) {
 	d, err := newLZ4Span(comp, cp, window, size)
 	if err != nil {
 		return nil, err

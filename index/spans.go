@@ -13,14 +13,14 @@ import "context"
 // decodable spans: a compressed archive with checkpoints. A plain tar
 // (CodecNone) has none; its bytes are read with ranged reads directly.
 func (ix *Index) HasSpans() bool {
-	return ix.Codec != CodecNone && len(ix.Checkpoints) > 0 && len(ix.Digests) == len(ix.Checkpoints)
+	return ix.Codec.compressed() && len(ix.Checkpoints) > 0 && len(ix.Digests) == len(ix.Checkpoints)
 }
 
 // HasSpans reports whether r can decode the archive in independent spans:
 // the index has them, and r has the local decoded copy if the archive is
 // stream-only (without it, only one pass over the archive reads it).
 func (r *Reader) HasSpans() bool {
-	return r.Index.HasSpans() && (r.local != nil || !r.StreamOnly())
+	return r.ix.HasSpans() && (r.local != nil || !r.ix.StreamOnly())
 }
 
 // NumSpans returns the number of spans r can decode (0 if none).
@@ -28,7 +28,7 @@ func (r *Reader) NumSpans() int {
 	if !r.HasSpans() {
 		return 0
 	}
-	return len(r.Checkpoints)
+	return len(r.ix.Checkpoints)
 }
 
 // NumSpans returns the number of spans (0 without checkpoints).
@@ -71,3 +71,10 @@ func (r *Reader) DecodeSpan(ctx context.Context, i int) ([]byte, error) {
 func (r *Reader) DecodeSpanInto(ctx context.Context, i int, buf []byte) ([]byte, error) {
 	return r.decodeSpan(ctx, i, r.cpu, buf)
 }
+
+// SpanBounds returns the decoded range of span i, as Index.SpanBounds.
+func (r *Reader) SpanBounds(i int) (start, end UncompressedOffset) { return r.ix.SpanBounds(i) }
+
+// SpanStoredBytes returns the compressed bytes of span i, as
+// Index.SpanStoredBytes.
+func (r *Reader) SpanStoredBytes(i int) int64 { return r.ix.SpanStoredBytes(i) }

@@ -589,7 +589,7 @@ func (d *xzDecoder) finish() (int64, int64, error) {
 
 // decodeXzSpan decodes the blocks in comp, which start at the block
 // header of cp, into exactly size bytes.
-func decodeXzSpan(comp []byte, cp Checkpoint, size int64, buf []byte) ([]byte, error) {
+func decodeXzSpan(comp []byte, cp Checkpoint, _ []byte, _, size int64, buf []byte) ([]byte, error) {
 	d, err := newXzSpan(comp, cp, size)
 	if err != nil {
 		return nil, err

@@ -350,7 +350,7 @@ var zstdSpanDecoders sync.Pool
 
 // decodeZstdSpan decodes the frames in comp, which start at a frame
 // boundary, into exactly size bytes.
-func decodeZstdSpan(comp []byte, size int64, buf []byte) ([]byte, error) {
+func decodeZstdSpan(comp []byte, _ Checkpoint, _ []byte, _, size int64, buf []byte) ([]byte, error) {
 	dec, _ := zstdSpanDecoders.Get().(*zstd.Decoder)
 	if dec == nil {
 		var err error

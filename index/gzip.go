@@ -1,0 +1,72 @@
+package index
+
+import (
+	"bytes"
+	"io"
+	"math"
+
+	"github.com/tarmount/tarmount/index/inflate"
+)
+
+// gzipPass decodes gzip with our inflater, which reports its checkpoints.
+type gzipPass struct {
+	*inflate.Reader
+	rec *recorder
+	err error
+}
+
+func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
+	g := &gzipPass{rec: rec}
+	g.Reader = inflate.NewReader(r, inflate.Options{
+		Span:   rec.span,
+		OnData: rec.write,
+		OnCheckpoint: func(cp inflate.Checkpoint) {
+			c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
+			if len(cp.Window) > 0 {
+				var err error
+				if c.window, err = compressWindow(cp.Window); err != nil && g.err == nil {
+					g.err = err
+				}
+			}
+			rec.mark(c)
+		},
+	})
+	return g
+}
+
+func (g *gzipPass) finish() (int64, int64, error) {
+	if _, err := g.Discard(math.MaxInt64); err != nil && err != io.EOF {
+		return 0, 0, err
+	}
+	if g.err != nil {
+		return 0, 0, g.err
+	}
+	return g.Offset(), g.rec.ix.Source.Size, nil
+}
+
+func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, _, size int64, buf []byte) ([]byte, error) {
+	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
+	if size <= maxSpanPrealloc {
+		// In place: no copy out of the inflater's buffers.
+		if int64(cap(buf)) < size+inflate.Margin {
+			buf = make([]byte, size, size+inflate.Margin)
+		}
+		buf = buf[:size]
+		if err := inflate.DecodeInto(buf, comp, icp); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	z, err := inflate.NewReaderAt(bytes.NewReader(comp), icp, inflate.Options{Limit: size})
+	if err != nil {
+		return nil, err
+	}
+	return readSpan(z, size, buf)
+}
+
+func (g *gzipPass) trailing() string {
+	if g.Trailing() {
+		return "data after the last gzip member ignored, as gzip -d does"
+	}
+	return ""
+}

@@ -1,0 +1,63 @@
+package index
+
+import (
+	"io"
+)
+
+// peekReader reads ahead a little for sniffing and passes Discard on to
+// the underlying reader when it has one.
+type peekReader struct {
+	r        io.Reader
+	buf      []byte
+	consumed int64
+}
+
+func (p *peekReader) peek(n int) ([]byte, error) {
+	for len(p.buf) < n {
+		chunk := make([]byte, n-len(p.buf))
+		m, err := p.r.Read(chunk)
+		p.buf = append(p.buf, chunk[:m]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p.buf, nil
+}
+
+func (p *peekReader) Read(b []byte) (int, error) {
+	if len(p.buf) > 0 {
+		n := copy(b, p.buf)
+		p.buf = p.buf[n:]
+		p.consumed += int64(n)
+		return n, nil
+	}
+	n, err := p.r.Read(b)
+	p.consumed += int64(n)
+	return n, err
+}
+
+// Discard skips n bytes, without reading them when the underlying reader
+// can skip.
+func (p *peekReader) Discard(n int64) (int64, error) {
+	var done int64
+	if len(p.buf) > 0 {
+		k := min(int64(len(p.buf)), n)
+		p.buf = p.buf[k:]
+		done = k
+	}
+	if done == n {
+		p.consumed += done
+		return done, nil
+	}
+	if d, ok := p.r.(interface{ Discard(int64) (int64, error) }); ok {
+		k, err := d.Discard(n - done)
+		p.consumed += done + k
+		return done + k, err
+	}
+	k, err := io.CopyN(io.Discard, p.r, n-done)
+	p.consumed += done + k
+	return done + k, err
+}
