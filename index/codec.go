@@ -198,6 +198,10 @@ func (c Codec) known() bool { return c.def() != &unknownCodec }
 // checkpoints; a plain tar's bytes are read where they lie.
 func (c Codec) compressed() bool { return c.def().compressed() }
 
+// Compressed reports whether an archive in codec c must be decoded; a
+// plain tar's bytes are its members' bytes, read where they lie.
+func (c Codec) Compressed() bool { return c.compressed() }
+
 func (c *codec) compressed() bool { return c.newPass != nil }
 
 func (c Codec) String() string { return c.def().name }

@@ -18,7 +18,7 @@ func IndexSpans(r *index.Reader, src index.Source) Spans {
 	switch {
 	case r.HasSpans():
 		return indexSpans{r}
-	case r.Codec == index.CodecNone:
+	case !r.Codec.Compressed():
 		return rawSpans{src: src, size: r.TarSize}
 	}
 	return nil
