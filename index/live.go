@@ -346,15 +346,39 @@ func (l *Live) WaitListing(ctx context.Context) error {
 	return nil
 }
 
+// testHookBeforeLock, when set by a test, runs in lockBuilding between
+// the check without the lock and taking it.
+var testHookBeforeLock func(*Live)
+
+// lockBuilding returns the finished index's Reader once Serve has run;
+// before, it returns nil with l.mu held, and the caller answers from the
+// pass's builder and unlocks. served is checked again under the lock:
+// Serve sets it and drops the builder in one critical section, so a call
+// that saw it unset before Serve ran must not take the dropped builder
+// for a pass that has not started.
+func (l *Live) lockBuilding() *served {
+	if s := l.served.Load(); s != nil {
+		return s
+	}
+	if testHookBeforeLock != nil {
+		testHookBeforeLock(l)
+	}
+	l.mu.Lock()
+	if s := l.served.Load(); s != nil {
+		l.mu.Unlock()
+		return s
+	}
+	return nil
+}
+
 // Len returns the number of entry ids: those of the pass so far.
 func (l *Live) Len() int {
-	if s := l.served.Load(); s != nil {
+	if s := l.lockBuilding(); s != nil {
 		if s.fwd != nil {
 			return len(s.fwd)
 		}
 		return s.r.ix.Len()
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.b == nil {
 		return 1 // the root
@@ -396,7 +420,7 @@ func (l *Live) FinalID(id EntryID) (EntryID, bool) {
 // Entry returns the entry of id, or nil. Until the pass ends, link counts
 // are 1 (2 for directories) and may rise.
 func (l *Live) Entry(id EntryID) *Entry {
-	if s := l.served.Load(); s != nil {
+	if s := l.lockBuilding(); s != nil {
 		fid, ok := s.finalID(id)
 		if !ok {
 			if d, ok := s.dead[id]; ok {
@@ -411,7 +435,6 @@ func (l *Live) Entry(id EntryID) *Entry {
 		}
 		return e
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.b == nil {
 		if id != RootID {
@@ -434,7 +457,7 @@ func (l *Live) Entry(id EntryID) *Entry {
 
 // Lookup finds name in directory dir among the names known now.
 func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
-	if s := l.served.Load(); s != nil {
+	if s := l.lockBuilding(); s != nil {
 		fdir, ok := s.finalID(dir)
 		if !ok {
 			return 0, false
@@ -442,7 +465,6 @@ func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
 		id, ok := s.r.ix.Lookup(fdir, name)
 		return s.passID(id), ok
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.b == nil || int(dir) >= len(l.b.entries) || l.b.entries[dir].Type != TypeDir {
 		return 0, false
@@ -455,7 +477,7 @@ func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
 // caller owns: the complete listing once Complete, else the names known
 // now (found by going over all of them).
 func (l *Live) Children(dir EntryID) []Dirent {
-	if s := l.served.Load(); s != nil {
+	if s := l.lockBuilding(); s != nil {
 		fdir, ok := s.finalID(dir)
 		if !ok {
 			return nil
@@ -466,7 +488,6 @@ func (l *Live) Children(dir EntryID) []Dirent {
 		}
 		return out
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.b == nil {
 		return nil
@@ -502,13 +523,12 @@ const maxPathParts = 4096
 // Xattrs returns the extended attributes of id, in a slice the caller
 // owns.
 func (l *Live) Xattrs(id EntryID) []Xattr {
-	if s := l.served.Load(); s != nil {
+	if s := l.lockBuilding(); s != nil {
 		if fid, ok := s.finalID(id); ok {
 			return s.r.ix.Xattrs(fid)
 		}
 		return slices.Clone(s.dead[id].xattrs)
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.b == nil || int(id) >= len(l.b.entries) {
 		return nil
@@ -520,7 +540,7 @@ func (l *Live) Xattrs(id EntryID) []Xattr {
 // once when the pass has passed the data, else once it has. It fails if
 // the pass fails before.
 func (l *Live) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int, error) {
-	if s := l.served.Load(); s != nil {
+	if s := l.lockBuilding(); s != nil {
 		if fid, ok := s.finalID(id); ok {
 			return s.r.ReadAt(ctx, fid, p, off)
 		}
@@ -531,7 +551,6 @@ func (l *Live) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int
 		}
 		return 0, ErrNotFound
 	}
-	l.mu.Lock()
 	if l.b == nil || int(id) >= len(l.b.entries) {
 		l.mu.Unlock()
 		return 0, ErrNotFound
