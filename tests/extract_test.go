@@ -66,17 +66,10 @@ func TestExtractMatchesTarExtract(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.spec.String(), func(t *testing.T) {
 			t.Parallel()
-			work := t.TempDir()
-			src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
-			os.Mkdir(served, 0o755)
 			topts := corpus.TreeOptionsFor(tc.spec)
 			topts.Many = tc.many
-			corpus.MakeTree(t, src, topts)
-			file := filepath.Join(served, "a"+tc.spec.Ext())
-			tarbuild.Archive(t, src, file, tc.spec)
-			tarbuild.Extract(t, file, ref)
-			base, _ := serve(t, served)
-			url := base + "/" + filepath.Base(file)
+			f := newFixture(t, topts, tc.spec, "a"+tc.spec.Ext())
+			work, url, ref := f.work, f.url, f.extracted(t)
 			cache := filepath.Join(work, "cache")
 
 			cold := filepath.Join(work, "cold")

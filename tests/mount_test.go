@@ -267,22 +267,12 @@ func TestMountMatchesTarExtract(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			work := t.TempDir()
-			src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
-			for _, d := range []string{ref, served} {
-				if err := os.Mkdir(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
 			opts := corpus.TreeOptionsFor(tc.spec)
 			opts.Many = tc.many
-			corpus.MakeTree(t, src, opts)
-			archive := filepath.Join(served, "archive"+tc.spec.Ext())
-			tarbuild.Archive(t, src, archive, tc.spec)
-			tarbuild.Extract(t, archive, ref)
-			base, _ := serve(t, served)
-			for _, url := range []string{archive, base + "/" + filepath.Base(archive)} {
-				m := libMount(t, url, libOptions(filepath.Join(work, "cache")))
+			f := newFixture(t, opts, tc.spec, "archive"+tc.spec.Ext())
+			ref := f.extracted(t)
+			for _, url := range []string{f.archive, f.url} {
+				m := libMount(t, url, libOptions(filepath.Join(f.work, "cache")))
 				treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 				m.stop(t)
 			}
@@ -587,9 +577,7 @@ func TestNoRangeServer(t *testing.T) {
 		w.Write(data) // 200 with the whole object, whatever the Range
 	}))
 	defer srv.Close()
-	ref := filepath.Join(f.work, "ref")
-	os.Mkdir(ref, 0o755)
-	tarbuild.Extract(t, f.archive, ref)
+	ref := f.extracted(t)
 	m := libMount(t, srv.URL+"/a.tar.gz", libOptions(filepath.Join(f.work, "cache")))
 	if !strings.Contains(m.log.String(), "ignores range requests") {
 		t.Errorf("no message about the server ignoring ranges:\n%s", m.log)
