@@ -26,13 +26,15 @@ func savedIndex(t *testing.T, cache string) string {
 // TestDamagedSavedIndex damages the saved index of an archive in every way
 // a crash, a bad disk or a confused copy can: the next mount does not trust
 // it, indexes the archive again, serves the right bytes and saves a good
-// index, which the mount after loads. An index given with --index in the
-// same state is refused with a clear error.
+// index, which the mount after loads. An index given to tarmount with
+// --index in the same state is refused with a clear one-line error.
 func TestDamagedSavedIndex(t *testing.T) {
 	needFUSE(t)
 	f := newFixture(t, corpus.TreeOptions{NoSparse: true, NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	cache := filepath.Join(f.work, "cache")
-	mount(t, f.url, "--cache-dir", cache, "--span", "65536", "--wait-index").stop(t) // builds and saves the index
+	opts := libOptions(cache)
+	opts.Span = 65536
+	libIndex(t, f.url, opts) // builds and saves the index
 	path := savedIndex(t, cache)
 	good, err := os.ReadFile(path)
 	if err != nil {
@@ -41,11 +43,8 @@ func TestDamagedSavedIndex(t *testing.T) {
 	// The index of another archive (same tree, archived by Go: another
 	// size and ETag).
 	tarbuild.Archive(t, f.src, filepath.Join(filepath.Dir(f.archive), "b.tar.gz"), tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
-	other := filepath.Join(f.work, "b.idx")
-	if out, err := runCLI(t, "index", f.base+"/b.tar.gz", "-o", other, "--cache-dir", filepath.Join(f.work, "cache-b")); err != nil {
-		t.Fatalf("tarmount index: %v\n%s", err, out)
-	}
-	otherIdx, err := os.ReadFile(other)
+	libIndex(t, f.base+"/b.tar.gz", libOptions(filepath.Join(f.work, "cache-b")))
+	otherIdx, err := os.ReadFile(savedIndex(t, filepath.Join(f.work, "cache-b")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +81,10 @@ func TestDamagedSavedIndex(t *testing.T) {
 			if err := os.WriteFile(damaged, tc.data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"--cache-dir", cache, "--span", "65536"}
-			m := mount(t, f.url, args...)
-			log := m.stderr.String()
+			opts := libOptions(cache)
+			opts.Span = 65536
+			m := libMount(t, f.url, opts)
+			log := m.log.String()
 			if !strings.Contains(log, "msg=indexing") {
 				t.Errorf("the mount used the damaged index instead of indexing again:\n%s", log)
 			}
@@ -93,13 +93,14 @@ func TestDamagedSavedIndex(t *testing.T) {
 			}
 			readTree(t, m.dir, f.src)
 			m.stop(t)
-			m = mount(t, f.url, args...)
-			if strings.Contains(m.stderr.String(), "msg=indexing") {
-				t.Errorf("the mount after did not load the index saved again:\n%s", m.stderr)
+			m = libMount(t, f.url, opts)
+			if strings.Contains(m.log.String(), "msg=indexing") {
+				t.Errorf("the mount after did not load the index saved again:\n%s", m.log)
 			}
 			m.stop(t)
 
-			// The same bytes given with --index are refused.
+			// The same bytes given to tarmount with --index are refused
+			// with one line.
 			idx := filepath.Join(t.TempDir(), "x.idx")
 			if err := os.WriteFile(idx, tc.data, 0o644); err != nil {
 				t.Fatal(err)
@@ -140,11 +141,12 @@ func TestDamagedDiskCache(t *testing.T) {
 	f := newFixture(t, corpus.TreeOptions{NoSparse: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	cache := filepath.Join(f.work, "cache")
 	// Small blocks: the index pass leaves many entries.
-	args := []string{"--cache-dir", cache, "--span", "262144", "--block-size", "65536"}
+	opts := libOptions(cache)
+	opts.Span, opts.BlockSize = 262144, 65536
 	pass := func(name string) (sent int64) {
 		t.Helper()
 		f.server.ResetStats()
-		m := mount(t, f.url, args...)
+		m := libMount(t, f.url, opts)
 		readTree(t, m.dir, f.src)
 		m.stop(t)
 		st := f.server.Stats()
@@ -219,9 +221,9 @@ func TestDamagedDiskCache(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cache, "blocks"), []byte("not a directory"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := mount(t, f.url, args...)
-	if !strings.Contains(m.stderr.String(), "disk cache unusable") {
-		t.Errorf("no warning about the unusable disk cache:\n%s", m.stderr)
+	m := libMount(t, f.url, opts)
+	if !strings.Contains(m.log.String(), "disk cache unusable") {
+		t.Errorf("no warning about the unusable disk cache:\n%s", m.log)
 	}
 	readTree(t, m.dir, f.src)
 	m.stop(t)
@@ -257,11 +259,11 @@ func TestDamagedDecodedCopy(t *testing.T) {
 	base, _ := serve(t, served)
 	f.url = base + "/a.tar.zst"
 	cache := filepath.Join(f.work, "cache")
-	args := []string{"--cache-dir", cache}
-	first := mount(t, f.url, append(args, "--wait-index")...) // decodes the archive to its copy
+	opts := libOptions(cache)
+	first := libMountWith(t, f.url, opts, libMountOptions{wait: true}) // decodes the archive to its copy
 	first.stop(t)
-	if !strings.Contains(first.stderr.String(), "stream-only") {
-		t.Fatalf("the archive is not stream-only:\n%s", first.stderr)
+	if !strings.Contains(first.log.String(), "stream-only") {
+		t.Fatalf("the archive is not stream-only:\n%s", first.log)
 	}
 	copies, err := filepath.Glob(filepath.Join(cache, "decoded", "*.tar"))
 	if err != nil || len(copies) != 1 {
@@ -278,18 +280,18 @@ func TestDamagedDecodedCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m := mount(t, f.url, args...)
-	if strings.Contains(m.stderr.String(), "msg=indexing") {
-		t.Fatalf("the mount indexed again instead of using the damaged copy:\n%s", m.stderr)
+	m := libMount(t, f.url, opts)
+	if strings.Contains(m.log.String(), "msg=indexing") {
+		t.Fatalf("the mount indexed again instead of using the damaged copy:\n%s", m.log)
 	}
 	if !readTreeOrEIO(t, m.dir, f.src) {
 		t.Error("no read failed after the decoded copy was damaged")
 	}
 	m.stop(t)
 
-	m = mount(t, f.url, args...)
-	if !strings.Contains(m.stderr.String(), "msg=indexing") {
-		t.Errorf("the mount after did not decode the archive again:\n%s", m.stderr)
+	m = libMount(t, f.url, opts)
+	if !strings.Contains(m.log.String(), "msg=indexing") {
+		t.Errorf("the mount after did not decode the archive again:\n%s", m.log)
 	}
 	readTree(t, m.dir, f.src)
 	m.stop(t)

@@ -120,9 +120,10 @@ func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
 }
 
 // TestPackMountsWithoutPass packs a directory and a .tar.xz with `tarmount
-// pack`, checks that zstd -d | tar -t reads the result, and mounts it over
-// HTTP: the mount reads only the archive's tail (zero bytes of index
-// pass) and the tree matches what tar -x extracts from the packed file.
+// pack` (the command, end to end), checks that zstd -d | tar -t reads the
+// result, and mounts it over HTTP: the mount reads only the archive's
+// tail (zero bytes of index pass) and the tree matches what tar -x
+// extracts from the packed file.
 func TestPackMountsWithoutPass(t *testing.T) {
 	needFUSE(t)
 	for _, tool := range []string{"zstd", "xz"} {
@@ -160,10 +161,10 @@ func TestPackMountsWithoutPass(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.ResetStats()
-			m := mount(t, base+"/"+name, "--cache-dir", filepath.Join(work, "cache-"+name))
+			m := libMount(t, base+"/"+name, libOptions(filepath.Join(work, "cache-"+name)))
 			stats := h.Stats()
-			if strings.Contains(m.stderr.String(), "msg=indexing") || !strings.Contains(m.stderr.String(), "index embedded") {
-				t.Errorf("the mount of a packed archive did not use its embedded index:\n%s", m.stderr)
+			if log := m.log.String(); strings.Contains(log, "msg=indexing") || !strings.Contains(log, "index embedded") {
+				t.Errorf("the mount of a packed archive did not use its embedded index:\n%s", log)
 			}
 			// The identity probe and the tail: nothing of the data frames.
 			if limit := int64(64<<10 + 1); stats.Bytes > limit || stats.Requests > 3 {

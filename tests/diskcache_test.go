@@ -29,11 +29,12 @@ func TestRemountFromDiskCache(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, corpus.TreeOptions{}, spec, "a"+spec.Ext())
 			cache := filepath.Join(f.work, "cache")
-			args := []string{"--cache-dir", cache, "--span", "262144"}
+			opts := libOptions(cache)
+			opts.Span = 262144
 			pass := func(name string, wantFetch bool) {
 				t.Helper()
 				f.server.ResetStats()
-				m := mount(t, f.url, args...)
+				m := libMount(t, f.url, opts)
 				start := time.Now()
 				n := readTree(t, m.dir, f.src)
 				elapsed := time.Since(start)

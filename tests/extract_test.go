@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/shaped"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
@@ -35,10 +36,11 @@ func runExtract(t *testing.T, url, dir string, args ...string) string {
 	return string(out)
 }
 
-// TestExtractMatchesTarExtract extracts archives of the corpus over HTTP
-// with `tarmount extract`, cold (one pass, which saves the index) and then
-// with the saved index (parallel spans), and in the background of a mount
-// (--materialize), and compares each tree with what GNU tar extracts.
+// TestExtractMatchesTarExtract extracts archives of the corpus over HTTP,
+// cold (one pass, which saves the index) and then with the saved index
+// (parallel spans), and in the background of a mount (materialize), and
+// compares each tree with what GNU tar extracts. (TestExtractManyDirectories
+// checks tarmount extract's summary line.)
 func TestExtractMatchesTarExtract(t *testing.T) {
 	needFUSE(t)
 	cases := []struct {
@@ -64,55 +66,61 @@ func TestExtractMatchesTarExtract(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.spec.String(), func(t *testing.T) {
 			t.Parallel()
-			work := t.TempDir()
-			src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
-			os.Mkdir(served, 0o755)
-			opts := corpus.TreeOptionsFor(tc.spec)
-			opts.Many = tc.many
-			corpus.MakeTree(t, src, opts)
-			archive := filepath.Join(served, "a"+tc.spec.Ext())
-			tarbuild.Archive(t, src, archive, tc.spec)
-			tarbuild.Extract(t, archive, ref)
-			base, _ := serve(t, served)
-			url := base + "/" + filepath.Base(archive)
+			topts := corpus.TreeOptionsFor(tc.spec)
+			topts.Many = tc.many
+			f := newFixture(t, topts, tc.spec, "a"+tc.spec.Ext())
+			work, url, ref := f.work, f.url, f.extracted(t)
 			cache := filepath.Join(work, "cache")
 
 			cold := filepath.Join(work, "cold")
-			out := runExtract(t, url, cold, "--cache-dir", cache, "--span", "262144")
-			if !strings.Contains(out, "(one pass)") {
-				t.Errorf("first extract did not run in one pass:\n%s", out)
+			opts := libOptions(cache)
+			opts.Span = 262144
+			s := checkSummary(t, libExtract(t, url, cold, opts, archive.MaterializeOptions{}))
+			if !s.OnePass {
+				t.Errorf("first extract did not run in one pass: %+v", s)
 			}
 			treecmp.Compare(t, ref, cold, treecmp.Options{MaxErrors: 20})
-			coldDecoded := summaryDecoded(t, out)
+			coldDecoded := s.Decoded
 
 			warm := filepath.Join(work, "warm")
-			out = runExtract(t, url, warm, "--cache-dir", cache, "--write-workers", "3", "--decode-workers", "2")
+			s = checkSummary(t, libExtract(t, url, warm, libOptions(cache), archive.MaterializeOptions{Writers: 3, Decoders: 2}))
 			// Spans that hold no file data are not decoded.
-			if d := summaryDecoded(t, out); d <= 0 || d > coldDecoded {
-				t.Errorf("extract with a saved index decoded %.1f MB, want more than 0 and at most the %.1f MB of the one pass:\n%s", d, coldDecoded, out)
+			if d := s.Decoded; d <= 0 || d > coldDecoded {
+				t.Errorf("extract with a saved index decoded %d bytes, want more than 0 and at most the %d of the one pass: %+v", d, coldDecoded, s)
 			}
 			streamOnly := tc.spec.Codec == "zstd" || tc.spec.Codec == "xz"
-			if want := "(parallel spans)"; streamOnly {
-				if want = "(one pass)"; !strings.Contains(out, want) {
-					t.Errorf("extract of a stream-only archive did not run in one pass:\n%s", out)
-				}
-			} else if !strings.Contains(out, want) {
-				t.Errorf("extract with a saved index did not read spans in parallel:\n%s", out)
+			if streamOnly && !s.OnePass {
+				t.Errorf("extract of a stream-only archive did not run in one pass: %+v", s)
+			} else if !streamOnly && s.OnePass {
+				t.Errorf("extract with a saved index did not read spans in parallel: %+v", s)
 			}
 			treecmp.Compare(t, ref, warm, treecmp.Options{MaxErrors: 20})
-			out = runExtract(t, url, warm, "--cache-dir", cache)
-			if !strings.Contains(out, "already complete") {
-				t.Errorf("extract into a complete directory: %s", out)
+			if s := libExtract(t, url, warm, libOptions(cache), archive.MaterializeOptions{}); s != nil {
+				t.Errorf("extract into a complete directory ran again: %+v", s)
 			}
 
 			mat := filepath.Join(work, "mat")
-			m := mount(t, url, "--cache-dir", cache, "--materialize", mat)
-			waitLog(t, m, "msg=materialized")
+			m := libMountWith(t, url, libOptions(cache), libMountOptions{materialize: mat})
+			m.waitMaterialized(t)
+			m.waitLog(t, "msg=materialized")
 			treecmp.Compare(t, ref, mat, treecmp.Options{MaxErrors: 20})
 			treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 			m.stop(t)
 		})
 	}
+}
+
+// checkSummary checks that an extraction's summary has every figure that
+// tarmount extract prints, and returns it.
+func checkSummary(t *testing.T, s *archive.ExtractSummary) *archive.ExtractSummary {
+	t.Helper()
+	if s == nil {
+		t.Fatal("extract found its directory already complete")
+	}
+	if s.Fetched <= 0 || s.Requests <= 0 || s.Decoded <= 0 || s.Codec == "" || s.Elapsed <= 0 {
+		t.Errorf("summary without bytes fetched, requests, bytes decoded, codec or time: %+v", s)
+	}
+	return s
 }
 
 // summaryDecoded returns the MB of tar that extract's summary says it
@@ -289,9 +297,9 @@ func newColdReads(tb testing.TB) *coldReads {
 	c.url = srv.URL + "/a.tar.gz"
 	c.cache = filepath.Join(c.work, "cache")
 	// Build and save the index once; every mount loads it.
-	if out, err := exec.Command(binary, "index", c.url, "--cache-dir", c.cache, "--span", "65536").CombinedOutput(); err != nil {
-		tb.Fatalf("index: %v\n%s", err, out)
-	}
+	opts := libOptions(c.cache)
+	opts.Span = 65536
+	libIndex(tb, c.url, opts)
 	// Archive order is tar's directory order: list it.
 	list, err := exec.Command("bash", "-c", fmt.Sprintf("tar -tzf %q | grep -v /$", archive)).Output()
 	if err != nil {
@@ -305,15 +313,13 @@ func newColdReads(tb testing.TB) *coldReads {
 }
 
 // read mounts the archive with the saved index (and no disk cache), and
-// reads every pick through the mount, first with --materialize mat
-// when mat is not empty. It checks each file's bytes, and returns the
+// reads every pick through the mount, materializing it into mat (with 6
+// decoders) when mat is not empty. It checks each file's bytes, and returns the
 // median read time and how many picks were not yet on disk when read.
 func (c *coldReads) read(tb testing.TB, mat string) (median time.Duration, lazy int) {
-	args := []string{"--cache-dir", c.cache, "--cache-disk", "0"}
-	if mat != "" {
-		args = append(args, "--materialize", mat, "--decode-workers", "6")
-	}
-	m := mount(tb, c.url, args...)
+	opts := libOptions(c.cache)
+	opts.CacheDisk = 0
+	m := libMountWith(tb, c.url, opts, libMountOptions{materialize: mat, mat: archive.MaterializeOptions{Decoders: 6}})
 	defer m.stop(tb)
 	var lat []time.Duration
 	for _, p := range c.picks {
@@ -336,8 +342,8 @@ func (c *coldReads) read(tb testing.TB, mat string) (median time.Duration, lazy 
 			tb.Fatalf("%s through the mount: got %d bytes that differ from the %d of the source", p, len(got), len(want))
 		}
 	}
-	if strings.Contains(m.stderr.String(), "msg=indexing") {
-		tb.Errorf("the mount indexed the archive instead of loading the saved index:\n%s", m.stderr)
+	if strings.Contains(m.log.String(), "msg=indexing") {
+		tb.Errorf("the mount indexed the archive instead of loading the saved index:\n%s", m.log)
 	}
 	slices.Sort(lat)
 	return lat[len(lat)/2], lazy
@@ -424,6 +430,7 @@ func TestExtractManyDirectories(t *testing.T) {
 		if !strings.Contains(string(out), "("+mode+")") {
 			t.Errorf("extract did not run in %s:\n%s", mode, out)
 		}
+		summaryDecoded(t, string(out))
 		treecmp.Compare(t, ref, dir, treecmp.Options{SkipRoot: true, MaxErrors: 20})
 	}
 }

@@ -93,7 +93,7 @@ func readDirect(path string) ([]byte, error) {
 // TestMountFaults serves a .tar.gz through a server that fails, cuts and
 // hangs, and checks that the mount never returns wrong bytes and never
 // hangs: reads through 503s and cut connections return the exact bytes; a
-// dead or silent server makes a read fail with EIO within --read-timeout;
+// dead or silent server makes a read fail with EIO within the read timeout;
 // the mount works again once the server recovers; and an archive replaced
 // while mounted makes reads of spans not yet cached fail, never return
 // bytes of the new archive.
@@ -106,7 +106,8 @@ func TestMountFaults(t *testing.T) {
 	const readTimeout = 3 * time.Second
 	// No disk cache: every mount must read through the faulty server, not
 	// from the blocks an earlier mount kept.
-	args := []string{"--cache-dir", cache, "--cache-disk", "0", "--read-timeout", readTimeout.String()}
+	opts := libOptions(cache)
+	opts.CacheDisk, opts.ReadTimeout = 0, readTimeout
 
 	want := func(rel string) []byte {
 		t.Helper()
@@ -124,14 +125,16 @@ func TestMountFaults(t *testing.T) {
 	// in the block cache of the index pass.
 	h.SetRates(flakyRates)
 	h.Force(shaped.Fault503, shaped.FaultCut)
-	first := mount(t, url, append(args, "--span", "262144")...)
-	if !strings.Contains(first.stderr.String(), "msg=indexing") {
-		t.Fatalf("first mount did not index:\n%s", first.stderr)
+	spans := opts
+	spans.Span = 262144
+	first := libMount(t, url, spans)
+	if !strings.Contains(first.log.String(), "msg=indexing") {
+		t.Fatalf("first mount did not index:\n%s", first.log)
 	}
 	first.stop(t)
 
 	h.Force(shaped.Fault503, shaped.FaultCut, shaped.FaultCut)
-	m := mount(t, url, args...)
+	m := libMount(t, url, opts)
 	files := 0
 	readAll(t, m.dir, func(rel string, data []byte, err error) {
 		files++
@@ -145,8 +148,8 @@ func TestMountFaults(t *testing.T) {
 		t.Fatalf("read only %d files", files)
 	}
 	m.stop(t)
-	if !strings.Contains(m.stderr.String(), "msg=retry") {
-		t.Errorf("no retry logged although faults were injected:\n%s", m.stderr)
+	if !strings.Contains(m.log.String(), "msg=retry") {
+		t.Errorf("no retry logged although faults were injected:\n%s", m.log)
 	}
 	t.Logf("injected %d 503s and %d cuts over %d files", h.Injected(shaped.Fault503), h.Injected(shaped.FaultCut), files)
 
@@ -154,7 +157,7 @@ func TestMountFaults(t *testing.T) {
 	// 3. The server recovers: the same file reads (failed spans are not
 	// cached).
 	h.SetRates(nil)
-	m = mount(t, url, args...)
+	m = libMount(t, url, opts)
 	readmePath := filepath.Join(m.dir, readme)
 	bound := readTimeout + 10*time.Second // slack for a loaded machine and the race detector
 	for _, mode := range []shaped.Fault{shaped.Fault500, shaped.FaultHang} {
@@ -167,9 +170,9 @@ func TestMountFaults(t *testing.T) {
 			t.Errorf("%v: O_DIRECT read: got %v, want EIO", mode, err)
 		}
 		if elapsed > bound {
-			t.Errorf("%v: EIO after %v, want within --read-timeout %v (+ slack)", mode, elapsed, readTimeout)
+			t.Errorf("%v: EIO after %v, want within the read timeout %v (+ slack)", mode, elapsed, readTimeout)
 		}
-		// A buffered read may reach tarmount more than once (readahead,
+		// A buffered read may reach the mount more than once (readahead,
 		// then the page itself); it fails too, and does not hang.
 		_, err = readWithin(t, time.Minute, func() error {
 			_, err := os.ReadFile(readmePath)
@@ -196,15 +199,15 @@ func TestMountFaults(t *testing.T) {
 		}
 	})
 	m.stop(t)
-	if !regexp.MustCompile(`msg="fetch retries" .* timeouts=[1-9]`).MatchString(m.stderr.String()) {
-		t.Errorf("no read timed out while the server hung:\n%s", m.stderr)
+	if !regexp.MustCompile(`msg="fetch retries" .* timeouts=[1-9]`).MatchString(m.log.String()) {
+		t.Errorf("no read timed out while the server hung:\n%s", m.log)
 	}
 
 	// 4. The archive is replaced while mounted (new content, new ETag):
 	// spans cached before still read; the others fail with ESTALE (a
 	// stale file handle, as NFS says of a file replaced on the server)
 	// and never return bytes of the new archive.
-	m = mount(t, url, args...)
+	m = libMount(t, url, opts)
 	if got, err := os.ReadFile(filepath.Join(m.dir, readme)); err != nil || !bytes.Equal(got, want(readme)) {
 		t.Fatalf("read before the replacement: %v", err)
 	}
@@ -224,7 +227,7 @@ func TestMountFaults(t *testing.T) {
 		t.Error("no read failed after the archive was replaced")
 	}
 	m.stop(t)
-	log := m.stderr.String()
+	log := m.log.String()
 	if !strings.Contains(log, "source changed") {
 		t.Errorf("no error names the changed source:\n%s", log)
 	}

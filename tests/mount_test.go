@@ -21,6 +21,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/shaped"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
@@ -266,22 +267,12 @@ func TestMountMatchesTarExtract(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			work := t.TempDir()
-			src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")
-			for _, d := range []string{ref, served} {
-				if err := os.Mkdir(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
 			opts := corpus.TreeOptionsFor(tc.spec)
 			opts.Many = tc.many
-			corpus.MakeTree(t, src, opts)
-			archive := filepath.Join(served, "archive"+tc.spec.Ext())
-			tarbuild.Archive(t, src, archive, tc.spec)
-			tarbuild.Extract(t, archive, ref)
-			base, _ := serve(t, served)
-			for _, url := range []string{archive, base + "/" + filepath.Base(archive)} {
-				m := mount(t, url, "--cache-dir", filepath.Join(work, "cache"))
+			f := newFixture(t, opts, tc.spec, "archive"+tc.spec.Ext())
+			ref := f.extracted(t)
+			for _, url := range []string{f.archive, f.url} {
+				m := libMount(t, url, libOptions(filepath.Join(f.work, "cache")))
 				treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 				m.stop(t)
 			}
@@ -291,24 +282,24 @@ func TestMountMatchesTarExtract(t *testing.T) {
 
 // TestRemountUsesSavedIndex checks that a second mount of the same archive
 // loads the saved index instead of reading the archive again, that an
-// index written with `tarmount index -o` can be given with --index, and
-// that an index of another archive is refused.
+// index file can be given (--index), and that an index of another
+// archive is refused.
 func TestRemountUsesSavedIndex(t *testing.T) {
 	needFUSE(t)
 	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
 	work, src, url, base, h := f.work, f.src, f.url, f.base, f.server
 	cache := filepath.Join(work, "cache")
 
-	first := mount(t, url, "--cache-dir", cache)
-	if !strings.Contains(first.stderr.String(), "msg=indexing") {
-		t.Errorf("first mount did not index:\n%s", first.stderr)
+	first := libMount(t, url, libOptions(cache))
+	if !strings.Contains(first.log.String(), "msg=indexing") {
+		t.Errorf("first mount did not index:\n%s", first.log)
 	}
 	first.stop(t)
 
 	h.ResetStats()
-	second := mount(t, url, "--cache-dir", cache)
-	if strings.Contains(second.stderr.String(), "msg=indexing") {
-		t.Errorf("second mount indexed again:\n%s", second.stderr)
+	second := libMount(t, url, libOptions(cache))
+	if strings.Contains(second.log.String(), "msg=indexing") {
+		t.Errorf("second mount indexed again:\n%s", second.log)
 	}
 	if got, want := h.Stats().Bytes, int64(1); got > want {
 		t.Errorf("second mount fetched %d bytes before any read, want at most %d (the identity probe)", got, want)
@@ -318,27 +309,23 @@ func TestRemountUsesSavedIndex(t *testing.T) {
 	}
 	second.stop(t)
 
-	idx := filepath.Join(work, "a.idx")
-	out, err := exec.Command(binary, "index", url, "-o", idx, "--cache-dir", filepath.Join(work, "other")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("tarmount index: %v\n%s", err, out)
-	}
-	third := mount(t, url, "--index", idx, "--cache-dir", filepath.Join(work, "empty"))
-	if strings.Contains(third.stderr.String(), "msg=indexing") {
-		t.Errorf("mount with --index indexed:\n%s", third.stderr)
+	libIndex(t, url, libOptions(filepath.Join(work, "other")))
+	idx := savedIndex(t, filepath.Join(work, "other"))
+	withIndex := libOptions(filepath.Join(work, "empty"))
+	withIndex.IndexFile = idx
+	third := libMount(t, url, withIndex)
+	if strings.Contains(third.log.String(), "msg=indexing") {
+		t.Errorf("mount with an index file indexed:\n%s", third.log)
 	}
 	third.stop(t)
 
-	// The same index for another archive is refused.
+	// The same index for another archive is refused (TestDamagedSavedIndex
+	// checks tarmount's one-line error with --index).
 	other := filepath.Join(filepath.Dir(f.archive), "b.tar.gz")
 	tarbuild.Archive(t, src, other, tarbuild.Spec{Tool: "go", Format: "pax", Codec: "gzip"})
-	mnt := t.TempDir()
-	out, err = exec.Command(binary, base+"/b.tar.gz", mnt, "--index", idx, "--mount-name", testMountName).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "another version") {
-		t.Errorf("mismatched index: got err %v, output %q; want a refusal naming the mismatch", err, out)
-	}
-	if isMounted(mnt) {
-		t.Error("mounted with a mismatched index")
+	withIndex.CacheDir = filepath.Join(work, "empty-b")
+	if err := libStartErr(t, base+"/b.tar.gz", withIndex); !errors.Is(err, index.ErrIdentity) || !strings.Contains(err.Error(), "another version") {
+		t.Errorf("mismatched index: got err %v; want a refusal naming the mismatch (index.ErrIdentity)", err)
 	}
 }
 
@@ -354,7 +341,9 @@ func TestCorruptSpanGivesEIO(t *testing.T) {
 	// that loads the saved index and fetches spans anew (without the disk
 	// cache, which holds the undamaged bytes under the unchanged identity).
 	cache := filepath.Join(work, "cache")
-	mount(t, f.url, "--cache-dir", cache, "--span", "262144", "--wait-index").stop(t) // builds and saves the index
+	opts := libOptions(cache)
+	opts.Span = 262144
+	libMountWith(t, f.url, opts, libMountOptions{wait: true}).stop(t) // builds and saves the index
 
 	st, err := os.Stat(archive)
 	if err != nil {
@@ -374,8 +363,9 @@ func TestCorruptSpanGivesEIO(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m := mount(t, f.url, "--cache-dir", cache, "--span", "262144", "--cache-disk", "0")
-	if strings.Contains(m.stderr.String(), "msg=indexing") {
+	opts.CacheDisk = 0
+	m := libMount(t, f.url, opts)
+	if strings.Contains(m.log.String(), "msg=indexing") {
 		t.Fatal("the second mount indexed the damaged archive instead of loading the saved index")
 	}
 	if !readTreeOrEIO(t, m.dir, src) {
@@ -510,7 +500,9 @@ func TestParallelReads(t *testing.T) {
 	src := f.src
 	// A small span and cache so that spans are decoded, evicted and
 	// decoded again while other readers wait for them.
-	m := mount(t, f.url, "--cache-dir", filepath.Join(f.work, "cache"), "--span", "131072", "--cache-mem", "1048576")
+	opts := libOptions(filepath.Join(f.work, "cache"))
+	opts.Span, opts.CacheMem = 131072, 1048576
+	m := libMount(t, f.url, opts)
 	files := []string{corpus.PathBig, corpus.PathBig2, corpus.PathSparse}
 	want := map[string][]byte{}
 	for _, f := range files {
@@ -569,8 +561,9 @@ func alignedBuffer(n int) []byte {
 }
 
 // TestNoRangeServer mounts an archive from a server that ignores Range
-// requests: tarmount keeps one whole copy under its cache directory, says
-// so, and the tree matches tar -x.
+// requests: the archive keeps one whole copy under its cache directory,
+// says so, and the tree matches tar -x; a copy larger than the disk cache
+// is refused.
 func TestNoRangeServer(t *testing.T) {
 	needFUSE(t)
 	f := newFixture(t, corpus.TreeOptions{NoBigFiles: true}, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"}, "a.tar.gz")
@@ -584,21 +577,18 @@ func TestNoRangeServer(t *testing.T) {
 		w.Write(data) // 200 with the whole object, whatever the Range
 	}))
 	defer srv.Close()
-	ref := filepath.Join(f.work, "ref")
-	os.Mkdir(ref, 0o755)
-	tarbuild.Extract(t, f.archive, ref)
-	m := mount(t, srv.URL+"/a.tar.gz", "--cache-dir", filepath.Join(f.work, "cache"))
-	if !strings.Contains(m.stderr.String(), "ignores range requests") {
-		t.Errorf("no message about the server ignoring ranges:\n%s", m.stderr)
+	ref := f.extracted(t)
+	m := libMount(t, srv.URL+"/a.tar.gz", libOptions(filepath.Join(f.work, "cache")))
+	if !strings.Contains(m.log.String(), "ignores range requests") {
+		t.Errorf("no message about the server ignoring ranges:\n%s", m.log)
 	}
 	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 	m.stop(t)
 
-	// The copy counts in --cache-disk: one that does not fit is refused.
-	small := strconv.Itoa(len(data) / 2)
-	out, err := exec.Command(binary, srv.URL+"/a.tar.gz", t.TempDir(), "--mount-name", testMountName,
-		"--cache-dir", filepath.Join(f.work, "cache2"), "--cache-disk", small).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "--cache-disk") {
-		t.Errorf("archive larger than --cache-disk: got %v, want an error naming --cache-disk:\n%s", err, out)
+	// The copy counts in CacheDisk: one that does not fit is refused.
+	small := libOptions(filepath.Join(f.work, "cache2"))
+	small.CacheDisk = int64(len(data) / 2)
+	if err := libStartErr(t, srv.URL+"/a.tar.gz", small); err == nil || !strings.Contains(err.Error(), "--cache-disk") {
+		t.Errorf("archive larger than the disk cache: got %v, want an error naming --cache-disk", err)
 	}
 }

@@ -1,19 +1,20 @@
 package tests
 
 import (
+	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
-// TestExtractPackedUsesEmbeddedIndex extracts an archive made by
-// `tarmount pack` over HTTP with an empty cache: the index inside the
+// TestExtractPackedUsesEmbeddedIndex extracts an archive packed (as
+// tarmount pack does) over HTTP with an empty cache: the index inside the
 // archive is found by the one index lookup that every command shares, so
 // the extraction reads spans in parallel instead of running a pass, and
 // the tree is what GNU tar extracts from the original archive. Before the
@@ -34,9 +35,10 @@ func TestExtractPackedUsesEmbeddedIndex(t *testing.T) {
 	tarbuild.Extract(t, orig, ref)
 	packed := filepath.Join(served, "packed.tar.zst")
 	// Spans of 256 KiB: the packed archive has many frames.
-	if out, err := exec.Command(binary, "pack", orig, "-o", packed, "--span", "262144",
-		"--cache-dir", filepath.Join(work, "pack-cache")).CombinedOutput(); err != nil {
-		t.Fatalf("tarmount pack: %v\n%s", err, out)
+	popts := libOptions(filepath.Join(work, "pack-cache"))
+	popts.Span = 262144
+	if _, err := archive.Pack(context.Background(), orig, packed, 3, popts); err != nil {
+		t.Fatalf("pack: %v", err)
 	}
 	base, _ := serve(t, served)
 	for _, tc := range []struct{ name, cache string }{
@@ -45,9 +47,9 @@ func TestExtractPackedUsesEmbeddedIndex(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(work, "out-"+strings.ReplaceAll(tc.name, " ", "-"))
-			out := runExtract(t, base+"/packed.tar.zst", dir, "--cache-dir", tc.cache)
-			if !strings.Contains(out, "(parallel spans)") || strings.Contains(out, "(one pass)") {
-				t.Errorf("got a summary without \"(parallel spans)\", want the embedded index used:\n%s", out)
+			s := libExtract(t, base+"/packed.tar.zst", dir, libOptions(tc.cache), archive.MaterializeOptions{})
+			if s == nil || s.OnePass {
+				t.Errorf("got summary %+v, want the embedded index used: spans read in parallel", s)
 			}
 			treecmp.Compare(t, ref, dir, treecmp.Options{MaxErrors: 20})
 		})

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/shaped"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
@@ -163,10 +164,11 @@ func (f *progressiveFixture) waitHeld(t *testing.T) {
 	}
 }
 
-// readEarly checks a file near the start of the archive through m.
-func (f *progressiveFixture) readEarly(t *testing.T, m *mounted) {
+// readEarly checks a file near the start of the archive through the
+// mount on mnt.
+func (f *progressiveFixture) readEarly(t *testing.T, mnt string) {
 	t.Helper()
-	got, err := os.ReadFile(filepath.Join(m.dir, corpus.PathReadme))
+	got, err := os.ReadFile(filepath.Join(mnt, corpus.PathReadme))
 	want, _ := os.ReadFile(filepath.Join(f.src, corpus.PathReadme))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("%s during the pass: got %q, %v; want %q", corpus.PathReadme, got, err, want)
@@ -180,6 +182,22 @@ func progressiveArgs(t *testing.T) []string {
 		"--block-size", "262144", "--span", "1048576"}
 }
 
+// progressiveOptions are progressiveArgs as archive options.
+func progressiveOptions(t *testing.T) archive.Options {
+	o := libOptions(filepath.Join(t.TempDir(), "cache"))
+	o.CacheDisk, o.BlockSize, o.Span = 0, 262144, 1048576
+	return o
+}
+
+// checkIndexing fails unless m answered before its index was built: it
+// serves the archive during its first pass, which has not ended.
+func checkIndexing(t *testing.T, m *libMounted) {
+	t.Helper()
+	if !m.a.Indexing() || strings.Contains(m.log.String(), "msg=indexed") {
+		t.Fatalf("the mount was not ready before its index:\n%s", m.log)
+	}
+}
+
 // TestProgressiveMount mounts a .tar.gz with no index over a server that
 // holds the pass at 60% of the archive. While it is held: the mount is
 // ready, a file near the start reads right, and a lookup of a missing
@@ -189,10 +207,8 @@ func progressiveArgs(t *testing.T) []string {
 func TestProgressiveMount(t *testing.T) {
 	needFUSE(t)
 	f := newProgressiveFixture(t, 0.6)
-	m := mount(t, f.url, progressiveArgs(t)...)
-	if !strings.Contains(m.stderr.String(), "indexing=true") {
-		t.Fatalf("the mount was not ready before its index:\n%s", m.stderr)
-	}
+	m := libMount(t, f.url, progressiveOptions(t))
+	checkIndexing(t, m)
 	f.waitHeld(t)
 
 	var mu sync.Mutex
@@ -202,7 +218,7 @@ func TestProgressiveMount(t *testing.T) {
 		events = append(events, s)
 		mu.Unlock()
 	}
-	f.readEarly(t, m)
+	f.readEarly(t, m.dir)
 	event("early file read")
 
 	missing := make(chan error, 1)
@@ -234,7 +250,7 @@ func TestProgressiveMount(t *testing.T) {
 		late <- data
 	}()
 	time.Sleep(300 * time.Millisecond)
-	if strings.Contains(m.stderr.String(), "msg=indexed") {
+	if strings.Contains(m.log.String(), "msg=indexed") {
 		t.Fatal("the pass ended while the server held it")
 	}
 	event("pass released")
@@ -261,7 +277,7 @@ func TestProgressiveMount(t *testing.T) {
 		t.Errorf("events: got %v; want the early read, then the release, then the rest", events)
 	}
 	// The index the pass saved serves a remount.
-	waitLog(t, m, "msg=indexed")
+	m.waitLog(t, "msg=indexed")
 }
 
 // TestProgressiveMountMatchesTarExtract reads the whole tree through a
@@ -273,7 +289,7 @@ func TestProgressiveMount(t *testing.T) {
 func TestProgressiveMountMatchesTarExtract(t *testing.T) {
 	needFUSE(t)
 	f := newProgressiveFixture(t, 0.1)
-	m := mount(t, f.url, progressiveArgs(t)...)
+	m := libMount(t, f.url, progressiveOptions(t))
 	stop := make(chan struct{})
 	stepped := make(chan struct{})
 	go func() {
@@ -344,7 +360,7 @@ func TestProgressiveMountMatchesTarExtract(t *testing.T) {
 	if during == 0 {
 		t.Error("no entry was checked while the pass was held back")
 	}
-	waitLog(t, m, "msg=indexed")
+	m.waitLog(t, "msg=indexed")
 	treecmp.Compare(t, f.ref, m.dir, treecmp.Options{MaxErrors: 20})
 }
 
@@ -357,16 +373,15 @@ func TestProgressiveMaterialize(t *testing.T) {
 	needFUSE(t)
 	f := newProgressiveFixture(t, 0.6)
 	mat := filepath.Join(t.TempDir(), "mat")
-	m := mount(t, f.url, append(progressiveArgs(t), "--materialize", mat)...)
-	if !strings.Contains(m.stderr.String(), "indexing=true") {
-		t.Fatalf("the mount was not ready before its index:\n%s", m.stderr)
-	}
-	f.readEarly(t, m)
-	if strings.Contains(m.stderr.String(), "msg=indexed") {
+	m := libMountWith(t, f.url, progressiveOptions(t), libMountOptions{materialize: mat})
+	checkIndexing(t, m)
+	f.readEarly(t, m.dir)
+	if strings.Contains(m.log.String(), "msg=indexed") {
 		t.Fatal("the pass ended while the server held it")
 	}
 	f.server.setLimit(1 << 62)
-	waitLog(t, m, "msg=materialized")
+	m.waitMaterialized(t)
+	m.waitLog(t, "msg=materialized")
 	treecmp.Compare(t, f.ref, mat, treecmp.Options{MaxErrors: 20})
 	treecmp.Compare(t, f.ref, m.dir, treecmp.Options{MaxErrors: 20})
 	if got, limit := f.server.h.Stats().Bytes, f.size*105/100; got > limit {
@@ -422,14 +437,14 @@ func TestProgressivePassFails(t *testing.T) {
 func TestProgressiveStreamOnly(t *testing.T) {
 	needFUSE(t)
 	f := newProgressiveFixtureOf(t, 0.6, "zstd")
-	m := mount(t, f.url, progressiveArgs(t)...)
-	f.readEarly(t, m)
-	if f.server.released(f.size) || strings.Contains(m.stderr.String(), "msg=indexed") {
+	m := libMount(t, f.url, progressiveOptions(t))
+	f.readEarly(t, m.dir)
+	if f.server.released(f.size) || strings.Contains(m.log.String(), "msg=indexed") {
 		t.Fatal("the pass ended before the early file was read")
 	}
 	f.server.setLimit(1 << 62)
 	treecmp.Compare(t, f.ref, m.dir, treecmp.Options{MaxErrors: 20})
-	if !strings.Contains(m.stderr.String(), "stream-only archive") {
-		t.Errorf("the archive was not stream-only:\n%s", m.stderr)
+	if !strings.Contains(m.log.String(), "stream-only archive") {
+		t.Errorf("the archive was not stream-only:\n%s", m.log)
 	}
 }

@@ -13,9 +13,10 @@ import (
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
-// s3Env gives tarmount processes started by t the server's root
-// credentials through the standard AWS chain, and nothing of the caller's
-// AWS setup (profiles, regions, endpoints, instance roles).
+// s3Env gives the archives that t opens, and the tarmount processes it
+// starts, the server's root credentials through the standard AWS chain,
+// and nothing of the caller's AWS setup (profiles, regions, endpoints,
+// instance roles).
 func s3Env(t *testing.T, srv *s3server.Server) {
 	t.Helper()
 	for _, kv := range os.Environ() {
@@ -34,9 +35,10 @@ func s3Env(t *testing.T, srv *s3server.Server) {
 	}
 }
 
-// TestMountS3 mounts a .tar.gz from a real S3-compatible server with
-// --endpoint-url and credentials from the environment, and compares the
-// tree with what GNU tar extracts.
+// TestMountS3 mounts a .tar.gz from a real S3-compatible server at an
+// endpoint URL with credentials from the environment, and compares the
+// tree with what GNU tar extracts; tarmount refuses wrong credentials
+// with one line.
 func TestMountS3(t *testing.T) {
 	needFUSE(t)
 	srv := s3server.ForTest(t, s3server.Options{})
@@ -56,21 +58,24 @@ func TestMountS3(t *testing.T) {
 	url := "s3://archives/dir/a.tar.gz"
 	cache := filepath.Join(work, "cache")
 
-	m := mount(t, url, "--endpoint-url", srv.URL, "--cache-dir", cache)
+	opts := libOptions(cache)
+	opts.EndpointURL = srv.URL
+	m := libMount(t, url, opts)
 	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 	m.stop(t)
 
 	// The saved index is found again for the same object.
-	again := mount(t, url, "--endpoint-url", srv.URL, "--cache-dir", cache)
-	if strings.Contains(again.stderr.String(), "msg=indexing") {
-		t.Errorf("second mount indexed again:\n%s", again.stderr)
+	again := libMount(t, url, opts)
+	if strings.Contains(again.log.String(), "msg=indexing") {
+		t.Errorf("second mount indexed again:\n%s", again.log)
 	}
 	if data, err := os.ReadFile(filepath.Join(again.dir, corpus.PathReadme)); err != nil || len(data) == 0 {
 		t.Errorf("read through remount: %v", err)
 	}
 	again.stop(t)
 
-	// Wrong credentials fail at once with the server's reason.
+	// Wrong credentials fail tarmount at once with the server's reason
+	// (--endpoint-url, and the one-line error).
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
 	mnt := t.TempDir()
 	out, err := exec.Command(binary, url, mnt, "--endpoint-url", srv.URL, "--mount-name", testMountName,
