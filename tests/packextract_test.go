@@ -54,4 +54,13 @@ func TestExtractPackedUsesEmbeddedIndex(t *testing.T) {
 			treecmp.Compare(t, ref, dir, treecmp.Options{MaxErrors: 20})
 		})
 	}
+	// What a user sees: tarmount extract's summary names the mode.
+	t.Run("the command", func(t *testing.T) {
+		dir := filepath.Join(work, "out-cli")
+		out := runExtract(t, base+"/packed.tar.zst", dir, "--cache-dir", filepath.Join(work, "cache-cli"))
+		if !strings.Contains(out, "(parallel spans)") || !strings.Contains(out, "index embedded in the archive") {
+			t.Errorf("got output without the embedded index and \"(parallel spans)\":\n%s", out)
+		}
+		treecmp.Compare(t, ref, dir, treecmp.Options{MaxErrors: 20})
+	})
 }
