@@ -18,6 +18,7 @@ const (
 	FromFile     = "file"     // Options.IndexFile
 	FromCache    = "cache"    // saved in the cache directory by an earlier run
 	FromEmbedded = "embedded" // in the archive (tarmount pack)
+	FromSidecar  = "sidecar"  // published beside the archive (tarmount index --publish)
 	FromBuilt    = "built"    // by the first pass of this Archive
 	Building     = "building" // by the first pass of this Archive, still running (or failed)
 )
@@ -27,6 +28,7 @@ const (
 // their doc says otherwise; Close waits for everything it started.
 type Archive struct {
 	// set once by Open
+	url    string // as given to Open
 	opts   Options
 	log    *slog.Logger
 	base   fetch.Source    // the source with retries
@@ -76,10 +78,11 @@ func (s *countingSource) ReadAt(ctx context.Context, p []byte, off int64) (int, 
 func (s *countingSource) Local() bool { return fetch.IsLocal(s.Source) }
 
 // Open opens the archive at url (http(s)://, s3://, file:// or a path)
-// and finds its index: Options.IndexFile (refused when it was built for
-// another version of the archive), else the saved one in the cache
-// directory (unless Options.Rebuild), else the one embedded in the
-// archive. Without one, Index is nil: Build or StartPass makes it.
+// and finds its index: Options.IndexFile, a path or a URL (refused when
+// it was built for another version of the archive), else the saved one in
+// the cache directory, else the one embedded in the archive, else the one
+// published beside it (published.go). Without one, Index is nil: Build or
+// StartPass makes it.
 func Open(ctx context.Context, url string, opts Options) (*Archive, error) {
 	return open(ctx, url, opts, true)
 }
@@ -106,15 +109,27 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 	// which takes a round trip or more (HEAD): a remount is ready after
 	// the longer of the two, not their sum.
 	var pre *preload
+	var remote, side *remoteIndex
 	switch {
+	case isURL(opts.IndexFile):
+		remote = opts.fetchIndex(ctx, opts.IndexFile)
 	case opts.IndexFile != "":
 		pre = startPreload(opts.IndexFile)
 	case !opts.Rebuild:
 		if name, err := fetch.Name(url); err == nil {
 			pre = startPreload(NewestSaved(opts.CacheDir, name))
 		}
+		// Without a saved index of this archive, the published one is
+		// likely what it uses: asked for now, it costs no round trip.
+		if pre == nil && !opts.NoSidecar {
+			if u, err := fetch.Beside(url, SidecarSuffix); err == nil {
+				side = opts.fetchIndex(ctx, u)
+			}
+		}
 	}
 	defer pre.wait()
+	defer remote.stop()
+	defer func() { side.stop() }() // lookup may start it
 	disk := opts.openDiskCache()
 	base, err := opts.openSource(ctx, url, disk)
 	if err != nil {
@@ -123,7 +138,7 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 		}
 		return nil, err
 	}
-	a := &Archive{opts: opts, log: log, base: base, src: &countingSource{Source: base}, disk: disk}
+	a := &Archive{url: url, opts: opts, log: log, base: base, src: &countingSource{Source: base}, disk: disk}
 	a.probe = &countingSource{Source: a.src}
 	bopts := fetch.BlocksOptions{BlockSize: opts.BlockSize, Workers: opts.FetchWorkers, CacheBytes: opts.CacheMem / 2, Logger: log}
 	if blocksOnDisk {
@@ -132,25 +147,38 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 	a.blocks = fetch.NewBlocks(a.src, bopts)
 	id := base.Identity()
 	a.saved = SavedPath(opts.CacheDir, base.String(), id)
-	if err := a.lookup(ctx, pre, id); err != nil {
+	if err := a.lookup(ctx, pre, remote, &side, id); err != nil {
 		a.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-// lookup is the one index lookup (see Open).
-func (a *Archive) lookup(ctx context.Context, pre *preload, id fetch.Identity) error {
+// lookup is the one index lookup (see Open): pre is the index file or
+// the newest saved index being read, remote the index URL being fetched,
+// side the published index being fetched (lookup starts it when it is
+// needed and Open did not; Open stops it).
+func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex, side **remoteIndex, id fetch.Identity) error {
 	log, opts := a.log, a.opts
 	switch {
 	case opts.IndexFile != "":
-		ix, _, err := pre.load(opts.IndexFile)
+		var ix *index.Index
+		var err error
+		if remote != nil {
+			ix, err = remote.load()
+		} else {
+			ix, _, err = pre.load(opts.IndexFile)
+		}
 		if err != nil {
 			return err
 		}
-		if !ix.Source.Equal(id) {
+		ok, copied := sameBytes(ix.Source, id, fetch.IsLocal(a.base))
+		if !ok {
 			return fmt.Errorf("%w: %s was built for %s, the source is now %s",
 				index.ErrIdentity, opts.IndexFile, ix.Source, id)
+		}
+		if copied {
+			log.Info("index built from a copy of the archive (same size): every span's digest is checked", "path", opts.IndexFile)
 		}
 		a.ix, a.from = ix, FromFile
 	case !opts.Rebuild:
@@ -173,6 +201,16 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, id fetch.Identity) e
 			}
 		case !errors.Is(err, index.ErrNoEmbeddedIndex):
 			log.Warn("embedded index unusable, indexing", "src", a.base.String(), "err", err)
+		}
+	}
+	if a.ix == nil && opts.IndexFile == "" && !opts.Rebuild && !opts.NoSidecar {
+		if *side == nil {
+			if u, err := fetch.Beside(a.url, SidecarSuffix); err == nil {
+				*side = opts.fetchIndex(ctx, u)
+			}
+		}
+		if *side != nil {
+			a.useSidecar(*side, id)
 		}
 	}
 	if a.ix != nil && a.ix.StreamOnly() {

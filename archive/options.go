@@ -35,9 +35,15 @@ type Options struct {
 	// IndexFile is an index to use, refused when it was built for
 	// another version of the archive.
 	IndexFile string
-	// Rebuild ignores the saved index: the first pass runs again (an
-	// index embedded in the archive is still used).
+	// IndexFile may also be a URL (http(s)://, s3://, file://), fetched
+	// with the archive's options; see published.go for which archive an
+	// index fits.
+
+	// Rebuild ignores the saved and the published index: the first pass
+	// runs again (an index embedded in the archive is still used).
 	Rebuild bool
+	// NoSidecar does not look for an index published beside the archive.
+	NoSidecar bool
 
 	// Span is the decoded bytes between gzip checkpoints (0: the index
 	// package's default).
@@ -141,8 +147,14 @@ func (o *Options) retryOptions() fetch.RetryOptions {
 // the index pass and span reads all see a source whose reads are retried
 // and bounded in time. disk, when not nil, keeps whole copies of objects
 // whose server ignores ranges.
-func (o *Options) openSource(ctxDone context.Context, url string, disk *fetch.DiskCache) (fetch.Source, error) {
-	return fetch.OpenWithRetry(ctxDone, url, fetch.Options{
+func (o *Options) openSource(ctx context.Context, url string, disk *fetch.DiskCache) (fetch.Source, error) {
+	return fetch.OpenWithRetry(ctx, url, o.fetchOptions(disk), o.retryOptions())
+}
+
+// fetchOptions are the options of fetch.Open (and fetch.Put) for the
+// archive's source and the objects beside it.
+func (o *Options) fetchOptions(disk *fetch.DiskCache) fetch.Options {
+	return fetch.Options{
 		Logger:        o.Logger,
 		Header:        o.Header,
 		Region:        o.Region,
@@ -152,7 +164,7 @@ func (o *Options) openSource(ctxDone context.Context, url string, disk *fetch.Di
 		Copies:        disk,
 		Conns:         o.FetchWorkers,
 		HTTP1:         o.HTTP1,
-	}, o.retryOptions())
+	}
 }
 
 // openDiskCache opens the cache on disk of fetched blocks and of whole

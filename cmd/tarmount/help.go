@@ -10,16 +10,20 @@ import (
 // commandHelp is what `tarmount CMD --help` prints above the flags: the
 // synopsis and examples of one subcommand.
 var commandHelp = map[string]string{
-	"index": `Usage: tarmount index [flags] URL [-o FILE]
+	"index": `Usage: tarmount index [flags] URL [-o FILE] [--publish]
 
 Build the index of the archive at URL in one streamed pass and save it in
 the cache directory (keyed by the archive's identity); -o also writes it to
-FILE, to publish beside the archive. A later mount, extract or ls finds it.
+FILE. --publish writes it beside the archive as URL.tarmount-index (a local
+path, or s3:// with PutObject), where every later mount, extract or ls of
+the archive, on any machine, finds it by itself (--no-sidecar: they do not
+look). For an http(s) archive, copy FILE there as URL.tarmount-index.
 
 Examples:
-  tarmount index https://example.com/runtime.tar.gz
-  tarmount index s3://bucket/runtime.tar.gz -o runtime.tar.gz.idx
-  tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz.idx
+  tarmount index s3://bucket/runtime.tar.gz --publish
+  tarmount index https://example.com/runtime.tar.gz -o runtime.tar.gz.tarmount-index
+  tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz.tarmount-index
+  tarmount https://example.com/runtime.tar.gz /mnt/runtime --index https://example.com/idx/runtime.idx
 `,
 	"extract": `Usage: tarmount extract [flags] URL DIR
 

@@ -90,6 +90,7 @@ type config struct {
 	ao         archive.Options
 	verbose    bool
 	options    string
+	publish    bool // index --publish
 	level      int // pack: zstd level
 	mountName  string
 	mat        materializeFlags
@@ -146,7 +147,9 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.verbose, "v", false, "verbose: log every step at debug level")
 	ao, d := &c.ao, archive.DefaultOptions()
 	fs.StringVar(&ao.CacheDir, "cache-dir", d.CacheDir, "where saved indexes and cached archive blocks live")
-	fs.StringVar(&ao.IndexFile, "index", "", "use this index file (refused if it was built for another version of the archive)")
+	fs.StringVar(&ao.IndexFile, "index", "", "use this index: a `FILE` or a URL (http(s)://, s3://, file://), fetched like the archive (refused if it was built for another version of the archive)")
+	fs.BoolVar(&ao.NoSidecar, "no-sidecar", false, "do not look for an index published beside the archive (ARCHIVE"+archive.SidecarSuffix+")")
+	fs.BoolVar(&c.publish, "publish", false, "index: also write the index beside the archive as ARCHIVE"+archive.SidecarSuffix+" (a local path, or s3:// with PutObject), which every later mount, extract or ls of the archive finds")
 	fs.Var((*optionsFlag)(&c.options), "o", "mount options, comma-separated (repeatable): allow_other, debug, ro, and every flag as name=value (materialize=/dir, cache_dir=/var/cache/tarmount); with index and pack: the output file")
 	fs.Int64Var(&ao.Span, "span", 0, "decoded bytes between gzip checkpoints (default 4 MiB)")
 	fs.IntVar(&ao.FetchWorkers, "fetch-workers", d.FetchWorkers, "parallel range requests")

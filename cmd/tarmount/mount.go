@@ -17,7 +17,8 @@ import (
 )
 
 // indexCmd builds the index of the archive at url, saves it in the cache
-// and, when output is not "", also there.
+// and, when output is not "", also there; with --publish, also beside the
+// archive.
 func indexCmd(ctx context.Context, url, output string, c *config, log *slog.Logger) error {
 	ao := c.ao
 	ao.Rebuild = true
@@ -31,6 +32,13 @@ func indexCmd(ctx context.Context, url, output string, c *config, log *slog.Logg
 			return err
 		}
 		log.Info("index written", "path", output)
+	}
+	if c.publish {
+		to, err := a.Publish(ctx)
+		if err != nil {
+			return fmt.Errorf("publish the index of %s: %w", a, err)
+		}
+		log.Info("index published", "path", to)
 	}
 	return nil
 }

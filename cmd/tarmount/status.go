@@ -96,6 +96,7 @@ var indexSourceText = map[string]string{
 	archive.FromFile:     "from --index",
 	archive.FromCache:    "loaded from the cache",
 	archive.FromEmbedded: "embedded in the archive",
+	archive.FromSidecar:  "published beside the archive",
 	archive.FromBuilt:    "built by this mount",
 	archive.Building:     "being built by this mount",
 }
