@@ -166,7 +166,11 @@ func daemonize(args []string, logFile string, stderr io.Writer) error {
 	pw.Close()
 	msg, _ := io.ReadAll(pr) // ends when the server closes its end or dies
 	if string(msg) == "ok\n" {
-		fmt.Fprintf(stderr, "tarmount: mounted (server pid %d)\n", cmd.Process.Pid)
+		where := logFile
+		if where == "" {
+			where = logWhere()
+		}
+		fmt.Fprintf(stderr, "tarmount: mounted (server pid %d; its log: %s)\n", cmd.Process.Pid, where)
 		cmd.Process.Release()
 		return nil
 	}
@@ -177,5 +181,16 @@ func daemonize(args []string, logFile string, stderr io.Writer) error {
 	if logFile != "" {
 		return fmt.Errorf("the server exited before the mount was ready (%v); see %s", werr, logFile)
 	}
-	return fmt.Errorf("the server exited before the mount was ready (%v); --log-file FILE keeps its log", werr)
+	return fmt.Errorf("the server exited before the mount was ready (%v); %s", werr, logWhere())
+}
+
+// logWhere says where the server of a --daemon mount without --log-file
+// logs: syslog when this machine has one, else nowhere.
+func logWhere() string {
+	w, err := dialSyslog()
+	if err != nil {
+		return "no syslog here (" + err.Error() + "): --log-file FILE keeps its log"
+	}
+	w.Close()
+	return "syslog (journalctl -t tarmount under systemd)"
 }

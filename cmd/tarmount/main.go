@@ -91,7 +91,7 @@ type config struct {
 	verbose    bool
 	options    string
 	publish    bool // index --publish
-	level      int // pack: zstd level
+	level      int  // pack: zstd level
 	mountName  string
 	mat        materializeFlags
 	inspect    inspectFlags
@@ -170,7 +170,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this run to `FILE`")
 	fs.BoolVar(&c.daemon, "daemon", false, "mount: serve from a background process and exit once the mount answers (0), or with the reason it failed (1)")
 	fs.BoolVar(&c.foreground, "foreground", false, "mount: stay in the foreground until unmounted or signalled (the default; overrides --daemon)")
-	fs.StringVar(&c.logFile, "log-file", "", "mount --daemon: append the server's log to `FILE` (default: discarded)")
+	fs.StringVar(&c.logFile, "log-file", "", "mount --daemon: append the server's log to `FILE` (default: syslog, the journal under systemd; $TARMOUNT_SYSLOG names another socket)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "mount: serve Prometheus metrics at http://`HOST:PORT`/metrics (port 0: a free port, logged)")
 	registerRetry(fs, ao)
 	c.mat.register(fs)
@@ -235,7 +235,7 @@ func run(args []string, stderr io.Writer) error {
 	if c.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(serverLog(stderr, &c), &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 	c.ao.Logger = log
 
