@@ -2,7 +2,8 @@
 # Installs what the tests and the demo need, and only what is missing:
 #   fusermount3 (fuse3), pigz, bsdtar (libarchive-tools), setfattr/getfattr (attr),
 #   curl, GNU tar and gzip, and the zstd, pzstd (zstd), lz4, bzip2, pbzip2, lbzip2 and xz
-#   (xz-utils) CLIs that make the codec tests' archives; then downloads the Go modules and builds versitygw
+#   (xz-utils) CLIs that make the codec tests' archives, tinyproxy (tinyproxy-bin: the
+#   binary alone, no service) for the proxy test; then downloads the Go modules and builds versitygw
 #   (scripts/versitygw.sh) into the user's cache directory.
 # Idempotent and quiet on success; on failure it prints the installer's output
 # and exits (or returns, when sourced) non-zero.
@@ -32,6 +33,7 @@ tarmount_deps() (
 		[pbzip2]=pbzip2
 		[lbzip2]=lbzip2
 		[xz]=xz-utils
+		[tinyproxy]=tinyproxy-bin
 	)
 	local -a missing=()
 	local cmd p
