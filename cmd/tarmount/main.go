@@ -18,11 +18,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/tarmount/tarmount/archive"
 )
@@ -79,6 +77,10 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tarmount: %v\n", err)
+		var ie *interruptedError
+		if errors.As(err, &ie) {
+			os.Exit(ie.exitCode())
+		}
 		os.Exit(1)
 	}
 }
@@ -209,7 +211,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func run(args []string, stderr io.Writer) error {
+func run(args []string, stderr io.Writer) (err error) {
 	var c config
 	orig := args
 	cmd := "mount"
@@ -251,8 +253,9 @@ func run(args []string, stderr io.Writer) error {
 		}()
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop, got := signalContext(context.Background())
 	defer stop()
+	defer func() { err = interrupted(err, cmd, pos, got) }()
 
 	switch cmd {
 	case "unmount", "umount":

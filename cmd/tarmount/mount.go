@@ -118,7 +118,9 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	// would have refused it: reads waiting for it have failed with EIO,
 	// and the server exits with the reason.
 	var passErr error
-	passDone := a.PassDone()
+	signalled := false
+	pass := a.PassDone()
+	passDone := pass
 	for wait := true; wait; {
 		select {
 		case <-done:
@@ -131,11 +133,18 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 				passErr, wait = err, false
 			}
 		case <-ctx.Done():
-			wait = false
+			wait, signalled = false, true
 		}
 	}
 	ready.stopping()
 	stop() // a second signal kills the process
+	if signalled && pass != nil {
+		// The signal ends the first pass too. One that it cut short
+		// makes this an interruption (exit 130 or 143); one that had
+		// ended well leaves a mount that served, which ends cleanly.
+		<-pass
+		passErr = a.PassErr()
+	}
 	if err := tfs.Unmount(mountpoint); err != nil {
 		if !errors.Is(err, tfs.ErrBusy) {
 			return fmt.Errorf("unmount %s: %w", mountpoint, err)
