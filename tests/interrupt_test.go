@@ -231,3 +231,50 @@ func TestServedMountStopsCleanly(t *testing.T) {
 		})
 	}
 }
+
+// TestMaterializeIntoMountpoint: --materialize DIR is refused with one
+// line, before anything is mounted, when DIR is the mountpoint or under
+// it, symbolic links resolved.
+func TestMaterializeIntoMountpoint(t *testing.T) {
+	needFUSE(t)
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	os.MkdirAll(filepath.Join(src, "d"), 0o755)
+	os.WriteFile(filepath.Join(src, "d", "f"), []byte("hello\n"), 0o644)
+	archive := filepath.Join(work, "a.tar")
+	if out, err := exec.Command("tar", "-C", src, "-cf", archive, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, out)
+	}
+	mnt := filepath.Join(work, "mnt")
+	os.Mkdir(mnt, 0o755)
+	os.Mkdir(filepath.Join(mnt, "existing"), 0o755)
+	os.Symlink(mnt, filepath.Join(work, "link"))
+	os.Symlink(filepath.Join(mnt, "existing"), filepath.Join(work, "link-sub"))
+	for _, dir := range []string{
+		mnt,
+		mnt + "/",
+		filepath.Join(mnt, "sub"),
+		filepath.Join(mnt, "existing"),
+		filepath.Join(mnt, "existing", "new", "deeper"),
+		filepath.Join(work, "link"),
+		filepath.Join(work, "link", "sub"),
+		filepath.Join(work, "link-sub"),
+		filepath.Join(work, "mnt", "..", "mnt", "sub"),
+	} {
+		t.Run(strings.TrimPrefix(dir, work), func(t *testing.T) {
+			cmd := exec.Command(binary, archive, mnt, "--mount-name", testMountName, "--cache-dir", filepath.Join(work, "cache"), "--materialize", dir)
+			out, err := cmd.CombinedOutput()
+			if isMounted(mnt) {
+				exec.Command("umount", "-l", mnt).Run()
+				t.Fatalf("%s mounted with --materialize %s", mnt, dir)
+			}
+			want := fmt.Sprintf("tarmount: --materialize %s is inside the mountpoint %s\n", dir, mnt)
+			if code := cmd.ProcessState.ExitCode(); code != 1 || string(out) != want {
+				t.Errorf("got exit %d (%v), output %q; want exit 1, output %q", code, err, out, want)
+			}
+			if _, err := os.Stat(filepath.Join(mnt, "sub")); err == nil {
+				t.Errorf("got %s/sub, want nothing made under the mountpoint", mnt)
+			}
+		})
+	}
+}
