@@ -15,6 +15,8 @@ var commandHelp = map[string]string{
 Build the index of the archive at URL in one streamed pass and save it in
 the cache directory (keyed by the archive's identity); -o also writes it to
 FILE, to publish beside the archive. A later mount, extract or ls finds it.
+Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: index URL: interrupted",
+exit 130 or 143, and saves nothing.
 
 Examples:
   tarmount index https://example.com/runtime.tar.gz
@@ -27,6 +29,8 @@ Write the whole tree of the archive into DIR, as tar -x -p --numeric-owner
 --xattrs would, as fast as the machine allows: spans decoded in parallel
 when an index exists, else one streamed pass that also saves the index. An
 interrupted extract resumes; DIR must be empty or ours (--overwrite).
+Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: extract URL:
+interrupted", exit 130 or 143.
 
 Examples:
   tarmount extract https://example.com/runtime.tar.gz /local/runtime

@@ -42,6 +42,12 @@ const usage = `Usage:
                                      without an index pass; zstd -d still reads it
 
 URL is http://..., https://..., s3://bucket/key, file:///path or a path.
+--materialize DIR must lie outside MOUNTPOINT (symbolic links resolved).
+
+Exit status: 0 on success, and when a signal unmounts a mount whose first
+pass had ended; 1 on an error, named in one line "tarmount: ..."; 130 after
+SIGINT (Ctrl-C), 143 after SIGTERM that interrupted extract, index, pack or
+a mount's first pass ("tarmount: CMD URL: interrupted"; a rerun resumes).
 Archives: .tar, .tar.gz (gzip, pigz, multi-member), .tar.zst (seekable,
 multi-frame, single-frame), .tar.lz4 (frames, legacy), .tar.bz2 and .tar.xz,
 recognised by their content. Single-frame zstd and xz of one block
