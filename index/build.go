@@ -52,7 +52,8 @@ type BuildOptions struct {
 // Build reads the whole archive from r, which yields the object as stored
 // from its first byte, and returns its index. id is recorded as the
 // source identity. A Discard(int64) method on r is used to skip member data
-// of uncompressed archives.
+// of uncompressed archives. A build that ctx stops returns an error
+// wrapping ctx.Err(), never ErrCorrupt.
 func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOptions) (ix *Index, err error) {
 	if opts.Live != nil {
 		defer func() {
@@ -61,6 +62,14 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			}
 		}()
 	}
+	// Once ctx ends the reads of r fail, and the decoder or the tar scan
+	// may word that as a stream cut short or corrupt: a build that fails
+	// after ctx ended says it was cancelled instead.
+	defer func() {
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("index pass stopped: %w", ctx.Err())
+		}
+	}()
 	if opts.Span <= 0 {
 		opts.Span = DefaultSpan
 	}

@@ -18,6 +18,8 @@ FILE. --publish writes it beside the archive as URL.tarmount-index (a local
 path, or s3:// with PutObject), where every later mount, extract or ls of
 the archive, on any machine, finds it by itself (--no-sidecar: they do not
 look). For an http(s) archive, copy FILE there as URL.tarmount-index.
+Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: index URL: interrupted",
+exit 130 or 143, and saves nothing.
 
 Examples:
   tarmount index s3://bucket/runtime.tar.gz --publish
@@ -31,6 +33,8 @@ Write the whole tree of the archive into DIR, as tar -x -p --numeric-owner
 --xattrs would, as fast as the machine allows: spans decoded in parallel
 when an index exists, else one streamed pass that also saves the index. An
 interrupted extract resumes; DIR must be empty or ours (--overwrite).
+Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: extract URL:
+interrupted", exit 130 or 143.
 
 Examples:
   tarmount extract https://example.com/runtime.tar.gz /local/runtime

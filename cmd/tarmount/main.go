@@ -18,11 +18,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/tarmount/tarmount/archive"
 )
@@ -44,6 +42,12 @@ const usage = `Usage:
                                      without an index pass; zstd -d still reads it
 
 URL is http://..., https://..., s3://bucket/key, file:///path or a path.
+--materialize DIR must lie outside MOUNTPOINT (symbolic links resolved).
+
+Exit status: 0 on success, and when a signal unmounts a mount whose first
+pass had ended; 1 on an error, named in one line "tarmount: ..."; 130 after
+SIGINT (Ctrl-C), 143 after SIGTERM that interrupted extract, index, pack or
+a mount's first pass ("tarmount: CMD URL: interrupted"; a rerun resumes).
 Archives: .tar, .tar.gz (gzip, pigz, multi-member), .tar.zst (seekable,
 multi-frame, single-frame), .tar.lz4 (frames, legacy), .tar.bz2 and .tar.xz,
 recognised by their content. Single-frame zstd and xz of one block
@@ -79,6 +83,10 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tarmount: %v\n", err)
+		var ie *interruptedError
+		if errors.As(err, &ie) {
+			os.Exit(ie.exitCode())
+		}
 		os.Exit(1)
 	}
 }
@@ -212,7 +220,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func run(args []string, stderr io.Writer) error {
+func run(args []string, stderr io.Writer) (err error) {
 	var c config
 	orig := args
 	cmd := "mount"
@@ -254,8 +262,9 @@ func run(args []string, stderr io.Writer) error {
 		}()
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop, got := signalContext(context.Background())
 	defer stop()
+	defer func() { err = interrupted(err, cmd, pos, got) }()
 
 	switch cmd {
 	case "unmount", "umount":

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -57,6 +58,11 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		return fmt.Errorf("mountpoint: %w", err)
 	} else if !st.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", mountpoint)
+	}
+	if c.mat.dir != "" {
+		if err := outsideMountpoint(c.mat.dir, mountpoint); err != nil {
+			return err
+		}
 	}
 	// The caches hold cache-mem bytes; a soft limit a little above keeps
 	// the garbage collector from letting the heap grow to twice that, so
@@ -126,7 +132,9 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	// would have refused it: reads waiting for it have failed with EIO,
 	// and the server exits with the reason.
 	var passErr error
-	passDone := a.PassDone()
+	signalled := false
+	pass := a.PassDone()
+	passDone := pass
 	for wait := true; wait; {
 		select {
 		case <-done:
@@ -139,11 +147,18 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 				passErr, wait = err, false
 			}
 		case <-ctx.Done():
-			wait = false
+			wait, signalled = false, true
 		}
 	}
 	ready.stopping()
 	stop() // a second signal kills the process
+	if signalled && pass != nil {
+		// The signal ends the first pass too. One that it cut short
+		// makes this an interruption (exit 130 or 143); one that had
+		// ended well leaves a mount that served, which ends cleanly.
+		<-pass
+		passErr = a.PassErr()
+	}
 	if err := tfs.Unmount(mountpoint); err != nil {
 		if !errors.Is(err, tfs.ErrBusy) {
 			return fmt.Errorf("unmount %s: %w", mountpoint, err)
@@ -153,6 +168,46 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	<-done
 	log.Info("unmounted", "path", mountpoint)
 	return passErr
+}
+
+// outsideMountpoint refuses a --materialize DIR that is the mountpoint or
+// lies under it, symbolic links resolved: the tree would be written into
+// the mount, and its files left under the mountpoint after unmount.
+func outsideMountpoint(dir, mountpoint string) error {
+	d, err := resolvePath(dir)
+	if err != nil {
+		return fmt.Errorf("--materialize %s: %w", dir, err)
+	}
+	m, err := resolvePath(mountpoint)
+	if err != nil {
+		return fmt.Errorf("mountpoint: %w", err)
+	}
+	if rel, err := filepath.Rel(m, d); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("--materialize %s is inside the mountpoint %s", dir, mountpoint)
+	}
+	return nil
+}
+
+// resolvePath is p made absolute with its symbolic links resolved, as far
+// as p exists; the names that do not exist yet follow as they are.
+func resolvePath(p string) (string, error) {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for {
+		r, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		parent := filepath.Dir(p)
+		if !errors.Is(err, os.ErrNotExist) || parent == p {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
 }
 
 func unmount(mountpoint string, log *slog.Logger) error {
