@@ -67,7 +67,13 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 			return err
 		}
 	}
-	if err := a.Start(ctx, c.waitIndex); err != nil {
+	built := make(chan struct{})
+	if c.waitIndex && a.Index() == nil {
+		go reportBuild(a, ready, built)
+	}
+	err = a.Start(ctx, c.waitIndex)
+	close(built)
+	if err != nil {
 		return err
 	}
 	fsOpts := tfs.Options{
@@ -111,9 +117,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		server.Wait()
 		close(done)
 	}()
-	if bg != nil {
-		go report(bg, ready, done)
-	}
+	go report(a, bg, ready, done)
 	// A pass that fails after the mount answered ends the mount, as it
 	// would have refused it: reads waiting for it have failed with EIO,
 	// and the server exits with the reason.
