@@ -112,7 +112,11 @@ func printStatus(w io.Writer, st *archive.Status) {
 	if st.Archive.ETag != "" {
 		etag = ", ETag " + st.Archive.ETag
 	}
-	line("archive", "%s%s, %s", mb(st.Archive.Size), etag, st.Archive.Codec)
+	codec := ""
+	if st.Archive.Codec != "" { // known once the index is
+		codec = ", " + st.Archive.Codec
+	}
+	line("archive", "%s%s%s", mb(st.Archive.Size), etag, codec)
 	p := st.Index.Pass
 	switch {
 	case st.Index.Error != "":
@@ -169,11 +173,11 @@ func materializeText(m *archive.MaterializeStatus) string {
 	case m.Error != "":
 		return "stopped: " + m.Error
 	case !m.TotalsFinal && m.FilesTotal > 0:
-		return fmt.Sprintf("staged by the index pass, %s written of %d files (%s) seen so far", mb(m.Bytes), m.FilesTotal, mb(m.BytesTotal))
+		return fmt.Sprintf("staging with the index pass, %d files (%s) seen so far, %s written", m.FilesTotal, mb(m.BytesTotal), mb(m.Bytes))
 	case !m.TotalsFinal:
 		return "waiting for the list of files"
 	case m.FilesTotal == 0:
-		return fmt.Sprintf("no file data to write, %s", "placing the other entries")
+		return "no file data to write; placing the other entries"
 	default:
 		return fmt.Sprintf("%.0f%%, %d of %d files, %s of %s", m.Percent, m.Files, m.FilesTotal, mb(m.Bytes), mb(m.BytesTotal))
 	}
