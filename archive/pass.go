@@ -104,8 +104,8 @@ func (a *Archive) Indexing() bool { return a.live != nil }
 // without one.
 func (a *Archive) PassDone() <-chan struct{} { return a.passDone }
 
-// PassErr is why the pass started by StartPass failed; nil while it
-// runs and when it succeeded.
+// PassErr is why the first pass failed (StartPass's, or Build's); nil
+// while it runs and when it succeeded.
 func (a *Archive) PassErr() error {
 	if !a.indexed() {
 		return nil
