@@ -67,12 +67,19 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 			return err
 		}
 	}
-	built := make(chan struct{})
+	// With --wait-index, STATUS= tells how the pass goes before READY=1.
+	built, reported := make(chan struct{}), make(chan struct{})
 	if c.waitIndex && a.Index() == nil {
-		go reportBuild(a, ready, built)
+		go func() {
+			defer close(reported)
+			reportBuild(a, ready, built)
+		}()
+	} else {
+		close(reported)
 	}
 	err = a.Start(ctx, c.waitIndex)
 	close(built)
+	<-reported
 	if err != nil {
 		return err
 	}
