@@ -56,6 +56,12 @@ type Archive struct {
 	passDone   chan struct{}
 	cancelPass context.CancelFunc
 	passErr    error
+	// passProg counts the progress of the first pass (Build's or
+	// StartPass's), atomically.
+	passProg passProgress
+	// building is set while Build runs the pass in the foreground:
+	// a.ix and a.reader may not be read meanwhile.
+	building atomic.Bool
 
 	bg        *Materializer // nil without Materialize
 	closeOnce sync.Once
@@ -273,7 +279,7 @@ func (a *Archive) Fetched() (bytes, requests int64) { return a.src.n.Load(), a.s
 // it failed).
 func (a *Archive) indexed() bool {
 	if a.passDone == nil {
-		return true
+		return !a.building.Load()
 	}
 	select {
 	case <-a.passDone:

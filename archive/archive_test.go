@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil/shaped"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
@@ -79,6 +80,15 @@ func newFlakyServer(t *testing.T, dir string) *flakyServer {
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
 	return s
+}
+
+// newSlowServer serves dir over loopback HTTP, each response at rate
+// bytes per second, and returns its URL.
+func newSlowServer(t *testing.T, dir string, rate int64) string {
+	h := shaped.NewHandler(dir, shaped.Options{Rate: rate})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	return srv.URL
 }
 
 // testOptions are Options for a test: its own cache, a small span, and
@@ -358,5 +368,133 @@ func TestStartPassServes(t *testing.T) {
 	}
 	if _, err := os.Stat(a.SavedIndex()); err != nil {
 		t.Errorf("the pass saved no index: %v", err)
+	}
+}
+
+// TestStatusDuringPass reads Status in a loop while the first pass of a
+// materialized archive runs over a slow server: the pass's fields are
+// there from the start, move forward only, and end at 100%; the
+// materialization's totals grow until they are final.
+func TestStatusDuringPass(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	tree := testTree(60)
+	data := tarGz(t, tree)
+	if err := os.WriteFile(filepath.Join(served, "a.tar.gz"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := newSlowServer(t, served, int64(len(data))/2) // a pass of about 2 s
+	opts := testOptions(t, nil)
+	opts.BlockSize = 256 << 10
+	a, err := Open(ctx, url+"/a.tar.gz", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if st := a.Status(); st.Index.Pass != nil || st.Index.Source != Building {
+		t.Fatalf("before the pass: got index %+v, want no pass yet and the source %q", st.Index, Building)
+	}
+	dir := filepath.Join(t.TempDir(), "mat")
+	m, err := a.Materialize(dir, MaterializeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	m.Run()
+	var last PassStatus
+	var running, growing int
+	for {
+		st := a.Status()
+		p := st.Index.Pass
+		if p == nil {
+			t.Fatal("got no index.pass during the pass")
+		}
+		if p.BytesRead < last.BytesRead || p.Percent < last.Percent || p.Entries < last.Entries {
+			t.Fatalf("the pass went backwards: got %+v after %+v", *p, last)
+		}
+		if p.BytesTotal != int64(len(data)) {
+			t.Fatalf("got bytes_total %d, want the archive's %d", p.BytesTotal, len(data))
+		}
+		if p.Running {
+			running++
+			if st.Index.Source != Building || p.Percent >= 100 && p.BytesRead < p.BytesTotal {
+				t.Fatalf("got index %+v while the pass runs", st.Index)
+			}
+		}
+		ms := st.Materialize
+		if !ms.TotalsFinal && !ms.Complete && ms.FilesTotal > 0 {
+			growing++
+			if ms.Percent != 0 {
+				t.Errorf("got materialize percent %v before the totals are final", ms.Percent)
+			}
+		}
+		last = *p
+		if ms.Complete {
+			break
+		}
+		select {
+		case <-m.Done():
+			if c, stopped := m.State(); !c {
+				t.Fatalf("materialization stopped: %s", stopped)
+			}
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if running < 5 || growing == 0 {
+		t.Errorf("got %d snapshots of a running pass and %d of growing totals, want a pass of a couple of seconds seen moving", running, growing)
+	}
+	if last.Running || last.Percent != 100 || last.BytesRead == 0 || last.Entries != int64(len(tree)) || last.ETASeconds != 0 || last.RateBytesPerSecond <= 0 {
+		t.Errorf("got the final pass %+v, want 100%% of the archive read and every member", last)
+	}
+	st := a.Status()
+	if ms := st.Materialize; !ms.TotalsFinal || ms.FilesTotal != int64(len(tree)) || ms.Percent != 100 {
+		t.Errorf("got materialize %+v at the end, want final totals of %d files at 100%%", *ms, len(tree))
+	}
+	if st.Index.Source != FromBuilt || st.Index.Entries == 0 {
+		t.Errorf("got index %+v at the end, want it built", st.Index)
+	}
+	checkTree(t, dir, tree)
+}
+
+// TestStatusDuringBuild reads Status while Build runs the pass in the
+// foreground (a mount with --wait-index): it reports the pass, and
+// reads nothing that Build writes (run with -race).
+func TestStatusDuringBuild(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	data := tarGz(t, testTree(20))
+	if err := os.WriteFile(filepath.Join(served, "a.tar.gz"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := newSlowServer(t, served, int64(len(data)))
+	a, err := Open(ctx, url+"/a.tar.gz", testOptions(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	built := make(chan error, 1)
+	go func() { built <- a.Build(ctx) }()
+	seen := 0
+	for done := false; !done; {
+		select {
+		case err := <-built:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		st := a.Status()
+		if st.Index.Pass != nil && st.Index.Pass.Running {
+			seen++
+			if st.Index.Source != Building {
+				t.Errorf("got index source %q while Build runs, want %q", st.Index.Source, Building)
+			}
+		}
+	}
+	if p := a.Status().Index.Pass; p == nil || p.Running || p.Percent != 100 || seen == 0 {
+		t.Errorf("got the pass %+v after Build (seen running %d times), want it ended at 100%%", p, seen)
 	}
 }

@@ -48,6 +48,10 @@ type Materializer struct {
 	job atomic.Pointer[materialize.Job]
 	// reader is set by the job's goroutine before it runs the job.
 	reader atomic.Pointer[index.Reader]
+	// seenFiles and seenBytes count the regular files, and their stored
+	// bytes, that the first pass has handed to the job so far: the
+	// totals until the job knows its own (Status).
+	seenFiles, seenBytes atomic.Int64
 	// started is set by Run; err is the job's result (or why it did not
 	// start), set before done is closed.
 	started bool
@@ -244,6 +248,7 @@ func (m *Materializer) resetProgress() {
 	for _, c := range []*atomic.Int64{&p.FilesTotal, &p.BytesTotal, &p.Files, &p.Bytes, &p.Input, &p.Entries} {
 		c.Store(0)
 	}
+	p.TotalsKnown.Store(false)
 }
 
 // stop ends the job (resumable) and waits for it. A job that an index

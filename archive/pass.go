@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/tarmount/tarmount/index"
@@ -27,8 +28,13 @@ func (a *Archive) Build(ctx context.Context) error {
 	if a.reader != nil {
 		return nil
 	}
+	// Status, meanwhile, reports the pass and reads neither a.ix nor
+	// a.reader (indexed).
+	a.building.Store(true)
+	defer a.building.Store(false)
 	if a.ix == nil {
 		if err := a.build(ctx, nil, nil); err != nil {
+			a.passErr = err
 			return err
 		}
 	}
@@ -98,8 +104,8 @@ func (a *Archive) Indexing() bool { return a.live != nil }
 // without one.
 func (a *Archive) PassDone() <-chan struct{} { return a.passDone }
 
-// PassErr is why the pass started by StartPass failed; nil while it
-// runs and when it succeeded.
+// PassErr is why the first pass failed (StartPass's, or Build's); nil
+// while it runs and when it succeeded.
 func (a *Archive) PassErr() error {
 	if !a.indexed() {
 		return nil
@@ -168,11 +174,29 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	}
 	stream := a.blocks.Stream(ctx, 0)
 	defer stream.Close()
-	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, Live: live, OnMember: stage, OnProgress: progress}
+	pp := &a.passProg
+	pp.begin(start)
+	var seenFiles, seenBytes *atomic.Int64
+	if a.bg != nil {
+		seenFiles, seenBytes = &a.bg.seenFiles, &a.bg.seenBytes
+	}
+	onMember := func(h *tarscan.Header, data io.Reader) error {
+		pp.members.Add(1)
+		if h.Typeflag == tarscan.TypeReg && seenFiles != nil {
+			seenFiles.Add(1)
+			seenBytes.Add(max(h.StoredSize, 0))
+		}
+		if stage == nil {
+			return nil // what is not read is skipped
+		}
+		return stage(h, data)
+	}
+	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, Live: live, OnMember: onMember, OnProgress: progress}
 	if decoded != nil {
 		bopts.Local = decoded
 	}
-	ix, err := index.Build(ctx, stream, a.Identity(), bopts)
+	ix, err := index.Build(ctx, countingReader{stream, &pp.read}, a.Identity(), bopts)
+	pp.finish(err == nil)
 	if err != nil {
 		return nil, err
 	}
@@ -183,4 +207,83 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	log.Info("indexed", "entries", ix.Len(), "codec", ix.Codec.String(), "checkpoints", len(ix.Checkpoints),
 		"elapsed", time.Since(start).Round(time.Millisecond), "fetched", st.BytesFetched)
 	return ix, nil
+}
+
+// passProgress counts the first pass's progress, for Status. The pass
+// writes it, any goroutine reads it: every field is atomic.
+type passProgress struct {
+	start, end atomic.Int64 // Unix nanoseconds; 0 before the pass started, and while it runs
+	read       atomic.Int64 // bytes of the archive as stored read by the pass
+	members    atomic.Int64 // archive members (tar headers) read by the pass
+	ok         atomic.Bool  // the pass ended and succeeded
+}
+
+func (p *passProgress) begin(t time.Time) {
+	p.read.Store(0)
+	p.members.Store(0)
+	p.end.Store(0)
+	p.ok.Store(false)
+	p.start.Store(t.UnixNano())
+}
+
+func (p *passProgress) finish(ok bool) {
+	p.ok.Store(ok)
+	p.end.Store(time.Now().UnixNano())
+}
+
+// status is the pass's progress through an archive of size bytes; nil
+// when no pass ran in this Archive.
+func (p *passProgress) status(size int64) *PassStatus {
+	start := p.start.Load()
+	if start == 0 {
+		return nil
+	}
+	// end before the counts: a pass seen ended has its final counts.
+	end, ok := p.end.Load(), p.ok.Load()
+	ps := &PassStatus{BytesRead: p.read.Load(), BytesTotal: size, Entries: p.members.Load(), Running: end == 0}
+	now := time.Now().UnixNano()
+	if end != 0 {
+		now = end
+	}
+	elapsed := time.Duration(now - start).Seconds()
+	ps.ElapsedSeconds = elapsed
+	if size > 0 {
+		ps.Percent = min(100, 100*float64(ps.BytesRead)/float64(size))
+	}
+	if elapsed > 0 {
+		ps.RateBytesPerSecond = float64(ps.BytesRead) / elapsed
+	}
+	switch {
+	case ok:
+		ps.Percent = 100
+	case ps.Running && ps.RateBytesPerSecond > 0:
+		ps.ETASeconds = float64(max(size-ps.BytesRead, 0)) / ps.RateBytesPerSecond
+	}
+	return ps
+}
+
+// countingReader counts the bytes read, and skipped, through it into n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// Discard skips n bytes, without reading them when the reader can skip
+// (a plain tar pass hops over member data).
+func (c countingReader) Discard(n int64) (int64, error) {
+	var k int64
+	var err error
+	if d, ok := c.r.(interface{ Discard(int64) (int64, error) }); ok {
+		k, err = d.Discard(n)
+	} else {
+		k, err = io.CopyN(io.Discard, c.r, n)
+	}
+	c.n.Add(k)
+	return k, err
 }

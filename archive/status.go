@@ -32,6 +32,9 @@ type Status struct {
 		Checkpoints int    `json:"checkpoints"`
 		StreamOnly  bool   `json:"stream_only"`
 		Error       string `json:"error,omitempty"` // why the index pass failed
+		// Pass is present when this server ran the first pass: its
+		// progress while it runs, its final counts after.
+		Pass *PassStatus `json:"pass,omitempty"`
 	} `json:"index"`
 	Fetch struct {
 		Requests      int64 `json:"requests"`
@@ -60,14 +63,34 @@ type Status struct {
 	Materialize *MaterializeStatus `json:"materialize,omitempty"`
 }
 
+// PassStatus is the progress of the first pass, which reads the whole
+// archive once to build its index (Status.Index.Pass).
+type PassStatus struct {
+	BytesRead  int64 `json:"bytes_read"`  // of the archive as stored
+	BytesTotal int64 `json:"bytes_total"` // the archive's size
+	// Percent is BytesRead of BytesTotal; 100 once the pass succeeded.
+	Percent float64 `json:"percent"`
+	// RateBytesPerSecond is BytesRead over the pass's time so far;
+	// ETASeconds the time left at that rate (0 once it ended).
+	RateBytesPerSecond float64 `json:"rate_bytes_per_second"`
+	ETASeconds         float64 `json:"eta_seconds"`
+	ElapsedSeconds     float64 `json:"elapsed_seconds"`
+	Entries            int64   `json:"entries"` // archive members read so far
+	Running            bool    `json:"running"`
+}
+
 type MaterializeStatus struct {
 	Dir string `json:"dir"`
 	// Files and Bytes were written by this run; the totals are what this
 	// run writes (files complete before a restart are in neither).
+	// While the first pass stages the files into DIR, the totals are
+	// what it has seen so far, and grow: TotalsFinal is false until
+	// they are what the run writes, and Percent is 0 meanwhile.
 	Files        int64   `json:"files"`
 	FilesTotal   int64   `json:"files_total"`
 	Bytes        int64   `json:"bytes"`
 	BytesTotal   int64   `json:"bytes_total"`
+	TotalsFinal  bool    `json:"totals_final"`
 	Percent      float64 `json:"percent"`
 	FetchedBytes int64   `json:"fetched_bytes"`
 	Complete     bool    `json:"complete"`
@@ -85,6 +108,7 @@ func (a *Archive) Status() *Status {
 	if !id.LastModified.IsZero() {
 		st.Archive.LastModified = id.LastModified.UTC()
 	}
+	st.Index.Pass = a.passProg.status(id.Size)
 	var rs index.ReaderStats
 	if a.live != nil {
 		rs = a.live.Stats() // reads served while the pass ran
@@ -129,19 +153,23 @@ func (a *Archive) Status() *Status {
 	}
 	if m := a.bg; m != nil {
 		p := m.prog
-		ms := &MaterializeStatus{
-			Dir:   m.dir,
-			Files: p.Files.Load(), FilesTotal: p.FilesTotal.Load(),
-			Bytes: p.Bytes.Load(), BytesTotal: p.BytesTotal.Load(),
+		ms := &MaterializeStatus{Dir: m.dir}
+		// Known before the counts: totals seen final are final.
+		if ms.TotalsFinal = p.TotalsKnown.Load(); ms.TotalsFinal {
+			ms.FilesTotal, ms.BytesTotal = p.FilesTotal.Load(), p.BytesTotal.Load()
+		} else {
+			ms.FilesTotal, ms.BytesTotal = m.seenFiles.Load(), m.seenBytes.Load()
 		}
+		ms.Files, ms.Bytes = p.Files.Load(), p.Bytes.Load()
 		var requests int64
 		ms.FetchedBytes, requests = m.Fetched()
 		ms.Complete, ms.Error = m.State()
 		switch {
 		case ms.Complete:
 			ms.Percent = 100
-		case ms.BytesTotal > 0:
-			ms.Percent = 100 * float64(ms.Bytes) / float64(ms.BytesTotal)
+			ms.TotalsFinal = true
+		case ms.TotalsFinal && ms.BytesTotal > 0:
+			ms.Percent = min(100, 100*float64(ms.Bytes)/float64(ms.BytesTotal))
 		}
 		st.Materialize = ms
 		st.Fetch.Requests += requests

@@ -18,4 +18,7 @@ type Progress struct {
 	Input, Decoded atomic.Int64
 	// Entries is the number of entries (every type) placed under DIR.
 	Entries atomic.Int64
+	// TotalsKnown is set once FilesTotal and BytesTotal hold what the
+	// job writes (a reader that sees it sees them).
+	TotalsKnown atomic.Bool
 }

@@ -171,6 +171,7 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 	}
 	j.prog.FilesTotal.Add(files)
 	j.prog.BytesTotal.Add(bytes)
+	j.prog.TotalsKnown.Store(true)
 	if len(segs) > 0 && spans == nil {
 		return fmt.Errorf("materialize: %d file pieces need the archive, but it cannot be read in spans", len(segs))
 	}

@@ -135,14 +135,26 @@ var statusMetrics = []statusMetric{
 var materializeMetrics = []statusMetric{
 	counter("tarmount_materialize_files_written_total", "Files written to DIR by this run.", nil, func(s *archive.Status) int64 { return s.Materialize.Files }),
 	counter("tarmount_materialize_bytes_written_total", "Bytes of file data written to DIR by this run.", nil, func(s *archive.Status) int64 { return s.Materialize.Bytes }),
-	gauge("tarmount_materialize_target_files", "Files this run writes (0 until known).", nil, func(s *archive.Status) int64 { return s.Materialize.FilesTotal }),
-	gauge("tarmount_materialize_target_bytes", "Bytes of file data this run writes (0 until known).", nil, func(s *archive.Status) int64 { return s.Materialize.BytesTotal }),
-	gauge("tarmount_materialize_complete", "1 once DIR is complete, else 0.", nil, func(s *archive.Status) int64 {
-		if s.Materialize.Complete {
-			return 1
-		}
-		return 0
-	}),
+	gauge("tarmount_materialize_target_files", "Files this run writes; while the index pass stages them, those seen so far (tarmount_materialize_totals_final 0).", nil, func(s *archive.Status) int64 { return s.Materialize.FilesTotal }),
+	gauge("tarmount_materialize_target_bytes", "Bytes of file data this run writes; while the index pass stages them, those seen so far.", nil, func(s *archive.Status) int64 { return s.Materialize.BytesTotal }),
+	gauge("tarmount_materialize_totals_final", "1 once the target files and bytes are what this run writes, 0 while they grow.", nil, func(s *archive.Status) int64 { return boolValue(s.Materialize.TotalsFinal) }),
+	gauge("tarmount_materialize_complete", "1 once DIR is complete, else 0.", nil, func(s *archive.Status) int64 { return boolValue(s.Materialize.Complete) }),
+}
+
+// passMetrics are the metrics of a mount that ran the first pass: its
+// progress while it runs, its final counts after.
+var passMetrics = []statusMetric{
+	counter("tarmount_index_pass_read_bytes_total", "Bytes of the archive as stored read by the index pass.", nil, func(s *archive.Status) int64 { return s.Index.Pass.BytesRead }),
+	gauge("tarmount_index_pass_target_bytes", "Bytes of the archive as stored that the index pass reads.", nil, func(s *archive.Status) int64 { return s.Index.Pass.BytesTotal }),
+	counter("tarmount_index_pass_entries_total", "Archive members read by the index pass.", nil, func(s *archive.Status) int64 { return s.Index.Pass.Entries }),
+	gauge("tarmount_index_pass_running", "1 while the index pass runs, else 0.", nil, func(s *archive.Status) int64 { return boolValue(s.Index.Pass.Running) }),
+}
+
+func boolValue(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 var infoDesc = prometheus.NewDesc("tarmount_info", "Always 1: the mount's archive, codec and where its index came from.",
@@ -161,15 +173,21 @@ func (c statusCollector) metrics() []statusMetric {
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- infoDesc
-	for _, m := range c.metrics() {
+	for _, m := range append(c.metrics(), passMetrics...) {
 		ch <- m.desc
 	}
 }
 
+// Collect sends the metrics of one status snapshot; passMetrics only
+// when a pass ran.
 func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.status()
 	ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, st.Source, st.Archive.Codec, st.Index.Source)
-	for _, m := range c.metrics() {
+	ms := c.metrics()
+	if st.Index.Pass != nil {
+		ms = append(ms[:len(ms):len(ms)], passMetrics...)
+	}
+	for _, m := range ms {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st))
 	}
 }

@@ -81,7 +81,20 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 			return err
 		}
 	}
-	if err := a.Start(ctx, c.waitIndex); err != nil {
+	// With --wait-index, STATUS= tells how the pass goes before READY=1.
+	built, reported := make(chan struct{}), make(chan struct{})
+	if c.waitIndex && a.Index() == nil {
+		go func() {
+			defer close(reported)
+			reportBuild(a, ready, built)
+		}()
+	} else {
+		close(reported)
+	}
+	err = a.Start(ctx, c.waitIndex)
+	close(built)
+	<-reported
+	if err != nil {
 		return err
 	}
 	fsOpts := tfs.Options{
@@ -125,9 +138,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		server.Wait()
 		close(done)
 	}()
-	if bg != nil {
-		go report(bg, ready, done)
-	}
+	go report(a, bg, ready, done)
 	// A pass that fails after the mount answered ends the mount, as it
 	// would have refused it: reads waiting for it have failed with EIO,
 	// and the server exits with the reason.

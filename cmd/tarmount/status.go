@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -112,12 +113,22 @@ func printStatus(w io.Writer, st *archive.Status) {
 	if st.Archive.ETag != "" {
 		etag = ", ETag " + st.Archive.ETag
 	}
-	line("archive", "%s%s, %s", mb(st.Archive.Size), etag, st.Archive.Codec)
+	codec := ""
+	if st.Archive.Codec != "" { // known once the index is
+		codec = ", " + st.Archive.Codec
+	}
+	line("archive", "%s%s%s", mb(st.Archive.Size), etag, codec)
+	p := st.Index.Pass
 	switch {
 	case st.Index.Error != "":
 		line("index", "pass failed after %d entries: %s", st.Index.Entries, st.Index.Error)
+	case st.Index.Source == archive.Building && p != nil:
+		line("index", "%s: %s", indexSourceText[st.Index.Source], passText(p))
 	case st.Index.Source == archive.Building:
 		line("index", "%s, %d entries so far", indexSourceText[st.Index.Source], st.Index.Entries)
+	case p != nil:
+		line("index", "%s in %s (%s at %s/s), %d entries, %d checkpoints", indexSourceText[st.Index.Source],
+			seconds(p.ElapsedSeconds), mb(p.BytesRead), mb(int64(p.RateBytesPerSecond)), st.Index.Entries, st.Index.Checkpoints)
 	default:
 		line("index", "%s, %d entries, %d checkpoints", indexSourceText[st.Index.Source], st.Index.Entries, st.Index.Checkpoints)
 	}
@@ -132,13 +143,111 @@ func printStatus(w io.Writer, st *archive.Status) {
 		line("disk cache", "none")
 	}
 	if m := st.Materialize; m != nil {
-		switch {
-		case m.Complete:
-			line("materialize", "%s: complete (%d files, %s written by this run)", m.Dir, m.Files, mb(m.Bytes))
-		case m.Error != "":
-			line("materialize", "%s: stopped at %d of %d files: %s", m.Dir, m.Files, m.FilesTotal, m.Error)
-		default:
-			line("materialize", "%s: %.0f%%, %d of %d files, %s of %s", m.Dir, m.Percent, m.Files, m.FilesTotal, mb(m.Bytes), mb(m.BytesTotal))
+		line("materialize", "%s: %s", m.Dir, materializeText(m))
+	}
+}
+
+// seconds is a duration in seconds, to a tenth.
+func seconds(s float64) string {
+	return (time.Duration(s*10) * time.Second / 10).String()
+}
+
+// passText says how far the first pass is: "42% of 66.6 MB read at
+// 20.1 MB/s, about 3s left, 8123 entries so far".
+func passText(p *archive.PassStatus) string {
+	eta := ""
+	if p.ETASeconds > 0 {
+		eta = ", about " + seconds(p.ETASeconds) + " left"
+	}
+	return fmt.Sprintf("%.0f%% of %s read at %s/s%s, %d entries so far",
+		p.Percent, mb(p.BytesTotal), mb(int64(p.RateBytesPerSecond)), eta, p.Entries)
+}
+
+// materializeText says how far materialization is, without a "0 of 0"
+// while its totals are not known.
+func materializeText(m *archive.MaterializeStatus) string {
+	switch {
+	case m.Complete:
+		return fmt.Sprintf("complete (%d files, %s written by this run)", m.Files, mb(m.Bytes))
+	case m.Error != "" && m.TotalsFinal && m.FilesTotal > 0:
+		return fmt.Sprintf("stopped at %d of %d files: %s", m.Files, m.FilesTotal, m.Error)
+	case m.Error != "":
+		return "stopped: " + m.Error
+	case !m.TotalsFinal && m.FilesTotal > 0:
+		return fmt.Sprintf("staging with the index pass, %d files (%s) seen so far, %s written", m.FilesTotal, mb(m.BytesTotal), mb(m.Bytes))
+	case !m.TotalsFinal:
+		return "waiting for the list of files"
+	case m.FilesTotal == 0:
+		return "no file data to write; placing the other entries"
+	default:
+		return fmt.Sprintf("%.0f%%, %d of %d files, %s of %s", m.Percent, m.Files, m.FilesTotal, mb(m.Bytes), mb(m.BytesTotal))
+	}
+}
+
+// statusLine is a mount's status in one line, for systemd's STATUS=:
+// "indexing: 42% of 66.6 MB, 8123 entries; materializing DIR: …".
+func statusLine(st *archive.Status) string {
+	var parts []string
+	switch p := st.Index.Pass; {
+	case st.Index.Error != "":
+		parts = append(parts, "index pass failed: "+st.Index.Error)
+	case st.Index.Source == archive.Building && p != nil:
+		parts = append(parts, fmt.Sprintf("indexing: %.0f%% of %s, %d entries", p.Percent, mb(p.BytesTotal), p.Entries))
+	default:
+		parts = append(parts, fmt.Sprintf("serving %d entries of %s", st.Index.Entries, st.Source))
+	}
+	if m := st.Materialize; m != nil {
+		verb := "materializing "
+		if m.Complete {
+			verb = "materialized "
+		}
+		parts = append(parts, verb+m.Dir+": "+materializeText(m))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// statusInterval is how often report tells systemd how the mount is
+// doing.
+const statusInterval = 2 * time.Second
+
+// report sends the status of a to ready (STATUS=) every statusInterval
+// while the first pass or the materialization m (nil without one) runs,
+// and once more each time one of them ends, until done is closed.
+func report(a *archive.Archive, m *archive.Materializer, ready *readiness, done <-chan struct{}) {
+	t := time.NewTicker(statusInterval)
+	defer t.Stop()
+	s := &statusSource{a: a}
+	passDone, mDone := a.PassDone(), (<-chan struct{})(nil)
+	if m != nil {
+		mDone = m.Done()
+	}
+	for passDone != nil || mDone != nil {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		case <-passDone:
+			passDone = nil
+		case <-mDone:
+			mDone = nil
+		}
+		ready.status(statusLine(s.status()))
+	}
+}
+
+// reportBuild sends the status of a's first pass in the foreground
+// (--wait-index, before the mount answers) to ready every
+// statusInterval, until built is closed.
+func reportBuild(a *archive.Archive, ready *readiness, built <-chan struct{}) {
+	t := time.NewTicker(statusInterval)
+	defer t.Stop()
+	s := &statusSource{a: a}
+	for {
+		select {
+		case <-built:
+			return
+		case <-t.C:
+			ready.status(statusLine(s.status()))
 		}
 	}
 }
