@@ -1,4 +1,4 @@
-package main
+package archive
 
 import (
 	"archive/tar"
@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -15,14 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/index"
-
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
-// TestAppendJSON checks that entryView.appendJSON writes what
-// encoding/json writes of entryView.json() (without HTML escaping), and
+// TestAppendJSON checks that EntryView.AppendJSON writes what
+// encoding/json writes of EntryView.JSON() (without HTML escaping), and
 // appendLong what the fmt-based reference writes, for names with control
 // characters, quotes, invalid UTF-8 and line separators, extreme times,
 // ids and modes, and with every optional field set or not.
@@ -31,7 +28,7 @@ func TestAppendJSON(t *testing.T) {
 	for c := range 128 {
 		all = append(all, byte(c))
 	}
-	for i, v := range []entryView{
+	for i, v := range []EntryView{
 		{path: []byte("a/b.txt"), id: 2, typ: "file", size: 10, offset: 1536, hasOffset: true,
 			e: &index.Entry{Mode: 0o644, MTime: 1577934245123000000, Nlink: 1}},
 		{path: all, typ: "symlink", link: "../x\"y\\z",
@@ -52,13 +49,13 @@ func TestAppendJSON(t *testing.T) {
 			var want bytes.Buffer
 			enc := json.NewEncoder(&want)
 			enc.SetEscapeHTML(false)
-			if err := enc.Encode(v.json()); err != nil {
+			if err := enc.Encode(v.JSON()); err != nil {
 				t.Fatal(err)
 			}
-			if got := v.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
-				t.Errorf("appendJSON:\n got %s\nwant %s", got, want.Bytes())
+			if got := v.AppendJSON(nil); !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("AppendJSON:\n got %s\nwant %s", got, want.Bytes())
 			}
-			if got, want := v.appendLong(nil), refLongLine(v.json())+"\n"; string(got) != want {
+			if got, want := v.AppendLong(nil), refLongLine(v.JSON())+"\n"; string(got) != want {
 				t.Errorf("appendLong:\n got %q\nwant %q", got, want)
 			}
 		})
@@ -92,32 +89,29 @@ func TestAppendTime(t *testing.T) {
 		if got, want := string(appendRFC3339Nano(nil, n)), tm.Format(time.RFC3339Nano); got != want {
 			t.Fatalf("appendRFC3339Nano(%d): got %s, want %s", n, got, want)
 		}
-		v := entryView{typ: "file", e: &index.Entry{MTime: n}}
-		if got, want := string(v.appendLong(nil)), refLongLine(v.json())+"\n"; got != want {
+		v := EntryView{typ: "file", e: &index.Entry{MTime: n}}
+		if got, want := string(v.AppendLong(nil)), refLongLine(v.JSON())+"\n"; got != want {
 			t.Fatalf("appendLong of mtime %d: got %q, want %q", n, got, want)
 		}
 	}
 }
 
-// TestLsOutput lists an archive of awkward members with ls, ls -l and
+// TestListOutput lists an archive of awkward members with ls, ls -l and
 // ls --json, whole and from a few paths, and checks that each output
 // equals, byte for byte, what the reference (the listing code as it was
 // before it wrote from entryView: string paths, ix.Path to tell hard
 // links, fmt, time.Format and encoding/json) prints, and that every
 // --json line decodes.
-func TestLsOutput(t *testing.T) {
+func TestListOutput(t *testing.T) {
 	dir := t.TempDir()
 	tarPath := filepath.Join(dir, "a.tar")
 	if err := os.WriteFile(tarPath, awkwardTar(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var c config
-	fs := c.flags("tarmount ls", io.Discard)
-	if _, err := parse(fs, []string{"--cache-dir", filepath.Join(dir, "cache")}); err != nil {
-		t.Fatal(err)
-	}
+	opts := DefaultOptions()
+	opts.CacheDir = filepath.Join(dir, "cache")
 	ctx := context.Background()
-	a, err := archive.OpenIndexed(ctx, tarPath, c.ao)
+	a, err := OpenIndexed(ctx, tarPath, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +125,9 @@ func TestLsOutput(t *testing.T) {
 	} {
 		for _, mode := range []string{"names", "long", "json"} {
 			t.Run(mode+"/"+strings.Join(paths, ","), func(t *testing.T) {
-				c.inspect.json, c.inspect.long = mode == "json", mode == "long"
+				format := map[string]ListFormat{"names": ListNames, "long": ListLong, "json": ListJSON}[mode]
 				var got bytes.Buffer
-				if err := lsArchive(ctx, a, paths, &c, &got); err != nil {
+				if err := a.List(ctx, &got, format, paths...); err != nil {
 					t.Fatal(err)
 				}
 				want := refList(t, a.Index(), paths, mode)
@@ -163,7 +157,7 @@ func TestLsOutput(t *testing.T) {
 					if len(line) == 0 {
 						continue
 					}
-					var j entryJSON
+					var j EntryJSON
 					if err := json.Unmarshal(line, &j); err != nil {
 						t.Errorf("line %q: %v", line, err)
 					}
@@ -275,19 +269,19 @@ func refList(t *testing.T, ix *index.Index, paths []string, mode string) []byte 
 		paths = []string{""}
 	}
 	for _, p := range paths {
-		id, ok := ix.LookupPath(archive.CleanMember(p))
+		id, ok := ix.LookupPath(CleanMember(p))
 		if !ok {
 			t.Fatalf("%s: not in the archive", p)
 		}
-		walk(archive.CleanMember(p), id)
+		walk(CleanMember(p), id)
 	}
 	return out.Bytes()
 }
 
 // refDescribe is describeEntry as it was before entryView.
-func refDescribe(ix *index.Index, p string, id index.EntryID) entryJSON {
+func refDescribe(ix *index.Index, p string, id index.EntryID) EntryJSON {
 	e := ix.Entry(id)
-	j := entryJSON{
+	j := EntryJSON{
 		Path: p, Type: e.Type.String(), Size: e.Size, Mode: fmt.Sprintf("%04o", e.Mode),
 		UID: e.UID, GID: e.GID, Uname: e.Uname, Gname: e.Gname,
 		MTime: time.Unix(0, e.MTime).UTC().Format(time.RFC3339Nano), MTimeNs: e.MTime,
@@ -320,7 +314,7 @@ func refDescribe(ix *index.Index, p string, id index.EntryID) entryJSON {
 }
 
 // refLongLine is the line of ls -l as it was made with fmt.
-func refLongLine(j entryJSON) string {
+func refLongLine(j EntryJSON) string {
 	var mode uint32
 	fmt.Sscanf(j.Mode, "%o", &mode)
 	owner := j.Uname
