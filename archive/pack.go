@@ -3,7 +3,6 @@ package archive
 import (
 	"archive/tar"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,10 +13,10 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
-	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/xattr"
 )
 
 // Pack writes src (a directory, or a tarball in any codec we read, by
@@ -143,7 +142,7 @@ func writeDirTar(w io.Writer, root string) error {
 				}
 			}
 		}
-		if x, err := userXattrs(p); err != nil {
+		if x, err := xattr.User(p); err != nil {
 			return err
 		} else if len(x) > 0 {
 			h.PAXRecords = map[string]string{}
@@ -171,34 +170,4 @@ func writeDirTar(w io.Writer, root string) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// userXattrs returns the user.* extended attributes of p, without
-// following a symlink.
-func userXattrs(p string) (map[string]string, error) {
-	sz, err := unix.Llistxattr(p, nil)
-	if errors.Is(err, unix.ENOTSUP) || sz == 0 {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "llistxattr", Path: p, Err: err}
-	}
-	buf := make([]byte, sz)
-	n, err := unix.Llistxattr(p, buf)
-	if err != nil {
-		return nil, &os.PathError{Op: "llistxattr", Path: p, Err: err}
-	}
-	out := map[string]string{}
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
-		if !strings.HasPrefix(name, "user.") {
-			continue
-		}
-		v := make([]byte, 64<<10)
-		n, err := unix.Lgetxattr(p, name, v)
-		if err != nil {
-			return nil, &os.PathError{Op: "lgetxattr " + name, Path: p, Err: err}
-		}
-		out[name] = string(v[:n])
-	}
-	return out, nil
 }

@@ -3,7 +3,6 @@ package tarbuild
 import (
 	"archive/tar"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/pierrec/lz4/v4"
 	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/internal/xattr"
 )
 
 // Spec says how Archive builds an archive.
@@ -312,7 +313,7 @@ func GoTree(w io.Writer, srcDir string, format tar.Format) error {
 		default:
 			return fmt.Errorf("%s: cannot archive file type %#o", p, st.Mode&unix.S_IFMT)
 		}
-		xattrs, err := userXattrs(p)
+		xattrs, err := xattr.User(p)
 		if err != nil {
 			return err
 		}
@@ -345,39 +346,6 @@ func GoTree(w io.Writer, srcDir string, format tar.Format) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// userXattrs returns the user.* xattrs of p without following symlinks.
-func userXattrs(p string) (map[string]string, error) {
-	sz, err := unix.Llistxattr(p, nil)
-	if errors.Is(err, unix.ENOTSUP) || sz == 0 {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "llistxattr", Path: p, Err: err}
-	}
-	buf := make([]byte, sz)
-	n, err := unix.Llistxattr(p, buf)
-	if err != nil {
-		return nil, &os.PathError{Op: "llistxattr", Path: p, Err: err}
-	}
-	out := map[string]string{}
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
-		if !strings.HasPrefix(name, "user.") {
-			continue
-		}
-		vsz, err := unix.Lgetxattr(p, name, nil)
-		if err != nil {
-			return nil, &os.PathError{Op: "lgetxattr " + name, Path: p, Err: err}
-		}
-		v := make([]byte, vsz)
-		n, err := unix.Lgetxattr(p, name, v)
-		if err != nil {
-			return nil, &os.PathError{Op: "lgetxattr " + name, Path: p, Err: err}
-		}
-		out[name] = string(v[:n])
-	}
-	return out, nil
 }
 
 // Extract unpacks archive into dir (created if missing) with GNU tar,

@@ -17,7 +17,6 @@ package treecmp
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -26,11 +25,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/internal/xattr"
 )
 
 // Options relaxes the comparison for trees whose source cannot carry every
@@ -338,7 +338,7 @@ func scan(root string, opts Options) (*tree, error) {
 			}
 		}
 		if !opts.SkipXattrs {
-			if e.xattrs, err = userXattrs(path); err != nil {
+			if e.xattrs, err = xattr.User(path); err != nil {
 				return err
 			}
 		}
@@ -376,81 +376,6 @@ func typeName(mode uint32) string {
 		return "blockdev"
 	}
 	return fmt.Sprintf("type%#o", mode&unix.S_IFMT)
-}
-
-// userXattrs returns the user.* extended attributes of path, without
-// following a symlink. A filesystem without xattr support has none.
-func userXattrs(path string) (map[string]string, error) {
-	names, err := listXattrs(path)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, name := range names {
-		if !strings.HasPrefix(name, "user.") {
-			continue
-		}
-		v, err := getXattr(path, name)
-		if errors.Is(err, unix.ENODATA) {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[name] = v
-	}
-	return out, nil
-}
-
-func isNoXattrSupport(err error) bool {
-	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS)
-}
-
-func listXattrs(path string) ([]string, error) {
-	buf := make([]byte, 1024)
-	for {
-		n, err := unix.Llistxattr(path, buf)
-		if isNoXattrSupport(err) {
-			return nil, nil
-		}
-		if errors.Is(err, unix.ERANGE) {
-			sz, err := unix.Llistxattr(path, nil)
-			if err != nil {
-				return nil, &os.PathError{Op: "llistxattr", Path: path, Err: err}
-			}
-			buf = make([]byte, sz+1024)
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "llistxattr", Path: path, Err: err}
-		}
-		var names []string
-		for _, s := range strings.Split(string(buf[:n]), "\x00") {
-			if s != "" {
-				names = append(names, s)
-			}
-		}
-		return names, nil
-	}
-}
-
-func getXattr(path, name string) (string, error) {
-	buf := make([]byte, 256)
-	for {
-		n, err := unix.Lgetxattr(path, name, buf)
-		if errors.Is(err, unix.ERANGE) {
-			sz, err := unix.Lgetxattr(path, name, nil)
-			if err != nil {
-				return "", &os.PathError{Op: "lgetxattr " + name, Path: path, Err: err}
-			}
-			buf = make([]byte, sz+256)
-			continue
-		}
-		if err != nil {
-			return "", &os.PathError{Op: "lgetxattr " + name, Path: path, Err: err}
-		}
-		return string(buf[:n]), nil
-	}
 }
 
 func fileSHA256(path string) (string, error) {
