@@ -117,7 +117,7 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 	var pre *preload
 	var remote, side *remoteIndex
 	switch {
-	case isURL(opts.IndexFile):
+	case fetch.IsURL(opts.IndexFile):
 		remote = opts.fetchIndex(ctx, opts.IndexFile)
 	case opts.IndexFile != "":
 		pre = startPreload(opts.IndexFile)

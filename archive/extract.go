@@ -3,7 +3,6 @@ package archive
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/tarmount/tarmount/index"
@@ -23,8 +22,6 @@ type Extraction struct {
 	spans  materialize.Spans // nil: one pass
 	reader *index.Reader     // with spans
 	start  time.Time
-
-	consumed atomic.Int64 // archive bytes read by a one-pass extraction
 }
 
 // ExtractSummary says what an extraction did.
@@ -85,7 +82,13 @@ func (x *Extraction) Progress() *materialize.Progress { return x.prog }
 
 // Read is how much of the archive a one-pass extraction has read, and
 // the archive's size.
-func (x *Extraction) Read() (consumed, size int64) { return x.consumed.Load(), x.a.Identity().Size }
+func (x *Extraction) Read() (consumed, size int64) {
+	size = x.a.Identity().Size
+	if x.a.passProg.ok.Load() {
+		return size, size
+	}
+	return x.a.passProg.read.Load(), size
+}
 
 // Run extracts. It must be called once.
 func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
@@ -94,12 +97,11 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 		// One streamed pass: parallel range requests ahead of the
 		// decoder, the writers behind it; the index is a by-product.
 		var err error
-		ix, err = a.pass(ctx, nil, nil, x.job.Stage, func(n int64) { x.consumed.Store(n) })
+		ix, err = a.pass(ctx, nil, nil, x.job.Stage, true)
 		if err != nil {
 			x.job.Abandon()
 			return nil, fmt.Errorf("extract %s: %w", a, err)
 		}
-		x.consumed.Store(a.Identity().Size)
 		// Saved while the files are placed: nothing waits for it but
 		// the end of Run.
 		saved := make(chan struct{})

@@ -132,7 +132,7 @@ func (a *Archive) build(ctx context.Context, live *index.Live, stage func(*tarsc
 		defer w.closeReads()
 	}
 	defer w.discard()
-	ix, err := a.pass(ctx, w, live, stage, nil)
+	ix, err := a.pass(ctx, w, live, stage, false)
 	if err != nil {
 		return fmt.Errorf("index %s: %w", a, err)
 	}
@@ -153,15 +153,14 @@ func (a *Archive) build(ctx context.Context, live *index.Live, stage func(*tarsc
 
 // pass reads the whole archive through the blocks and returns its index
 // (its errors say nothing of the archive: the caller adds what it did).
-// It logs its start, its progress every 2 s and its end, or, when
-// progress is not nil, only reports its progress there (an extraction
-// shows its own).
-func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Live, stage func(*tarscan.Header, io.Reader) error, progress func(consumed int64)) (*index.Index, error) {
+// It logs its start, its progress every 2 s and its end, unless quiet
+// (an extraction shows its own progress, from passProg).
+func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Live, stage func(*tarscan.Header, io.Reader) error, quiet bool) (*index.Index, error) {
 	start := time.Now()
 	size := a.Identity().Size
 	log := a.log
-	logged := progress == nil
-	if logged {
+	var progress func(consumed int64)
+	if !quiet {
 		log.Info("indexing", "src", a.String(), "size", size)
 		last := start
 		progress = func(consumed int64) {
@@ -200,7 +199,7 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	if err != nil {
 		return nil, err
 	}
-	if !logged {
+	if quiet {
 		return ix, nil
 	}
 	st := a.blocks.Stats()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
-	"strings"
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
@@ -39,13 +38,6 @@ const SidecarSuffix = ".tarmount-index"
 
 // maxIndexBytes bounds an index file fetched from a URL.
 const maxIndexBytes = 1 << 30
-
-// isURL reports whether an index name is a URL (scheme://…) rather than a
-// path.
-func isURL(s string) bool {
-	i := strings.Index(s, "://")
-	return i > 0 && !strings.ContainsAny(s[:i], "/.")
-}
 
 // sameBytes reports whether an index built for the archive version ix
 // fits the archive version src (local says the archive is a local file):

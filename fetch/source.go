@@ -319,6 +319,13 @@ func parseTarget(rawURL string) (target, error) {
 	}
 }
 
+// IsURL reports whether s is a URL (scheme://…) rather than a path, as
+// Open tells them apart.
+func IsURL(s string) bool {
+	_, ok := urlScheme(s)
+	return ok
+}
+
 // urlScheme returns the lower-cased scheme of a "scheme://..." string, and
 // false for anything else (a path, even one containing a colon).
 func urlScheme(s string) (string, bool) {
