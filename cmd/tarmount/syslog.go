@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/syslog"
 	"os"
+	"strings"
 )
 
 // A server in the background (--daemon, mount(8) and fstab through the
@@ -24,19 +25,25 @@ func dialSyslog() (*syslog.Writer, error) {
 	return syslog.New(syslog.LOG_DAEMON|syslog.LOG_INFO, "tarmount")
 }
 
-// syslogLines writes each log line (one slog record per Write) as one
-// syslog message, at the priority of its level.
+// syslogLines writes each log line (one slog text record per Write) as
+// one syslog message, at the priority of the record's level: the
+// level=... field that the text handler writes second, after time, so a
+// value that quotes "level=ERROR" later on the line does not count.
 type syslogLines struct{ w *syslog.Writer }
 
 func (s syslogLines) Write(p []byte) (int, error) {
 	line := string(bytes.TrimRight(p, "\n"))
+	level := ""
+	if _, rest, ok := strings.Cut(line, " level="); ok {
+		level, _, _ = strings.Cut(rest, " ")
+	}
 	var err error
-	switch {
-	case bytes.Contains(p, []byte(" level=ERROR ")):
+	switch level {
+	case "ERROR":
 		err = s.w.Err(line)
-	case bytes.Contains(p, []byte(" level=WARN ")):
+	case "WARN":
 		err = s.w.Warning(line)
-	case bytes.Contains(p, []byte(" level=DEBUG ")):
+	case "DEBUG":
 		err = s.w.Debug(line)
 	default:
 		err = s.w.Info(line)
