@@ -411,7 +411,7 @@ func TestLiveWaitCancelled(t *testing.T) {
 // had not started (Serve drops the pass's builder): a name the pass has
 // seen is found, and its data is read.
 func TestLiveAnswersAcrossServe(t *testing.T) {
-	raw := tarBytes(t, []member{{name: "a", data: []byte("a\n")}, {name: "b", data: []byte("b\n")}})
+	raw := tarBytes(t, []member{{name: "a", data: []byte("a\n")}, {name: "b", data: []byte("b\n"), xattrs: map[string]string{"user.k": "v"}}})
 	obj := tarbuild.GzipLevel(raw, 6)
 	ctx := context.Background()
 	calls := []struct {
@@ -450,7 +450,9 @@ func TestLiveAnswersAcrossServe(t *testing.T) {
 			return nil
 		}},
 		{"Xattrs", func(l *Live) error {
-			l.Xattrs(RootID) // nothing to compare: it must not block or panic
+			if xs := l.Xattrs(2); len(xs) != 1 || xs[0] != (Xattr{Name: "user.k", Value: "v"}) {
+				return fmt.Errorf("xattrs of b: got %v, want user.k=v", xs)
+			}
 			return nil
 		}},
 	}
