@@ -136,21 +136,17 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 	defer pre.wait()
 	defer remote.stop()
 	defer func() { side.stop() }() // lookup may start it
-	disk := opts.openDiskCache()
-	base, err := opts.openSource(ctx, url, disk)
+	base, disk, err := opts.openCached(ctx, url)
 	if err != nil {
-		if disk != nil {
-			disk.Close()
-		}
 		return nil, err
 	}
 	a := &Archive{url: url, opts: opts, log: log, base: base, src: &countingSource{Source: base}, disk: disk}
 	a.probe = &countingSource{Source: a.src}
-	bopts := fetch.BlocksOptions{BlockSize: opts.BlockSize, Workers: opts.FetchWorkers, CacheBytes: opts.CacheMem / 2, Logger: log}
+	var blocksDisk *fetch.DiskCache
 	if blocksOnDisk {
-		bopts.Disk = disk
+		blocksDisk = disk
 	}
-	a.blocks = fetch.NewBlocks(a.src, bopts)
+	a.blocks = fetch.NewBlocks(a.src, opts.blocksOptions(blocksDisk))
 	id := base.Identity()
 	a.saved = SavedPath(opts.CacheDir, base.String(), id)
 	if err := a.lookup(ctx, pre, remote, &side, id); err != nil {

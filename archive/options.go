@@ -151,6 +151,27 @@ func (o *Options) openSource(ctx context.Context, url string, disk *fetch.DiskCa
 	return fetch.OpenWithRetry(ctx, url, o.fetchOptions(disk), o.retryOptions())
 }
 
+// openCached opens the disk cache (nil when there is none) and the source
+// at url with it, which keeps whole copies of objects whose server
+// ignores ranges; it closes the cache again when the source fails.
+func (o *Options) openCached(ctx context.Context, url string) (fetch.Source, *fetch.DiskCache, error) {
+	disk := o.openDiskCache()
+	src, err := o.openSource(ctx, url, disk)
+	if err != nil {
+		if disk != nil {
+			disk.Close()
+		}
+		return nil, nil, err
+	}
+	return src, disk, nil
+}
+
+// blocksOptions are the options of the block cache over the source;
+// disk, when not nil, keeps the blocks on disk too.
+func (o *Options) blocksOptions(disk *fetch.DiskCache) fetch.BlocksOptions {
+	return fetch.BlocksOptions{BlockSize: o.BlockSize, Workers: o.FetchWorkers, CacheBytes: o.CacheMem / 2, Logger: o.Logger, Disk: disk}
+}
+
 // fetchOptions are the options of fetch.Open (and fetch.Put) for the
 // archive's source and the objects beside it.
 func (o *Options) fetchOptions(disk *fetch.DiskCache) fetch.Options {

@@ -37,29 +37,27 @@ func Pack(ctx context.Context, src, out string, level int, opts Options) (*index
 	} else {
 		// The disk cache holds the copy of an object whose server
 		// ignores ranges; the pass itself needs no cached blocks.
-		disk := opts.openDiskCache()
-		closeDisk := func() {
+		s, disk, err := opts.openCached(ctx, src)
+		if err != nil {
+			return nil, err
+		}
+		blocks := fetch.NewBlocks(s, opts.blocksOptions(nil))
+		stream := blocks.Stream(ctx, 0)
+		closeSrc = func() {
+			stream.Close()
+			blocks.Close()
+			s.Close()
 			if disk != nil {
 				disk.Close()
 			}
 		}
-		s, err := opts.openSource(ctx, src, disk)
-		if err != nil {
-			closeDisk()
-			return nil, err
-		}
-		blocks := fetch.NewBlocks(s, fetch.BlocksOptions{BlockSize: opts.BlockSize, Workers: opts.FetchWorkers, CacheBytes: opts.CacheMem / 2, Logger: log})
-		stream := blocks.Stream(ctx, 0)
 		dec, codec, err := index.NewDecoder(stream)
 		if err != nil {
-			stream.Close()
-			blocks.Close()
-			s.Close()
-			closeDisk()
+			closeSrc()
 			return nil, fmt.Errorf("pack %s: %w", src, err)
 		}
 		log.Info("packing", "src", s.String(), "codec", codec.String())
-		tarStream, closeSrc = dec, func() { stream.Close(); blocks.Close(); s.Close(); closeDisk() }
+		tarStream = dec
 	}
 	defer closeSrc()
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
