@@ -89,15 +89,13 @@ func showProgress(w io.Writer, quiet bool, log *slog.Logger, x *archive.Extracti
 		return func() {}
 	}
 	prog, onePass := x.Progress(), x.OnePass()
-	reading := func() bool {
-		consumed, size := x.Read()
-		return onePass && consumed < size
-	}
-	cur := func() (done, total int64) {
+	// cur is how far the current phase is: reading the archive (a one
+	// pass extraction, until its pass ends), then writing.
+	cur := func() (done, total int64, reading bool) {
 		if consumed, size := x.Read(); onePass && consumed < size {
-			return consumed, size
+			return consumed, size, true
 		}
-		return prog.Bytes.Load(), max(prog.BytesTotal.Load(), 1)
+		return prog.Bytes.Load(), max(prog.BytesTotal.Load(), 1), false
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -113,7 +111,7 @@ func showProgress(w io.Writer, quiet bool, log *slog.Logger, x *archive.Extracti
 				case <-done:
 					return
 				case <-t.C:
-					d, total := cur()
+					d, total, _ := cur()
 					log.Info("extracting", "done", fmt.Sprintf("%.0f%%", 100*float64(d)/float64(total)),
 						"files", prog.Files.Load(), "bytes", prog.Bytes.Load())
 				}
@@ -124,9 +122,9 @@ func showProgress(w io.Writer, quiet bool, log *slog.Logger, x *archive.Extracti
 		t := time.NewTicker(150 * time.Millisecond)
 		defer t.Stop()
 		for {
-			d, total := cur()
+			d, total, reading := cur()
 			p := 1
-			if reading() {
+			if reading {
 				p = 0
 			}
 			if p != phase {
