@@ -24,6 +24,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/s3server"
 )
 
@@ -97,7 +98,7 @@ func sharedS3(t testing.TB) *s3server.Server {
 		shared.srv, shared.err = s3server.Start(bin, dir, s3server.Options{})
 	})
 	if shared.srv == nil {
-		t.Skipf("no S3 server: %v", shared.err)
+		testutil.Missing(t, "no S3 server: %v", shared.err)
 	}
 	return shared.srv
 }

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // testFSName is the fs name of every test mount (fuse.tarmount-test in
@@ -60,10 +61,10 @@ func serveChild(mp string) int {
 func requireFUSE(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("mount tests need root")
+		testutil.Missing(t, "mount tests need root")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no FUSE: %v", err)
+		testutil.Missing(t, "no FUSE: %v", err)
 	}
 }
 

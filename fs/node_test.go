@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // newTestRoot returns the root of a tree over a, attached to a go-fuse
@@ -712,11 +713,11 @@ func TestUnmountNotMounted(t *testing.T) {
 
 func TestUnmountRefusesOtherFilesystems(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
+		testutil.Missing(t, "needs root to mount a tmpfs")
 	}
 	dir := t.TempDir()
 	if err := unix.Mount("tarmount-test", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("mount tmpfs: %v", err)
+		testutil.Missing(t, "mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, 0); err != nil {

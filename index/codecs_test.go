@@ -18,7 +18,7 @@ import (
 	"github.com/ulikunitz/xz"
 
 	"github.com/tarmount/tarmount/fetch"
-
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
@@ -39,7 +39,7 @@ func cli(name string, args ...string) func(t testing.TB, raw []byte) []byte {
 	return func(t testing.TB, raw []byte) []byte {
 		t.Helper()
 		if _, err := exec.LookPath(name); err != nil {
-			t.Skipf("%s not installed", name)
+			testutil.Missing(t, "%s not installed", name)
 		}
 		in := filepath.Join(t.TempDir(), "in.tar")
 		if err := os.WriteFile(in, raw, 0o644); err != nil {

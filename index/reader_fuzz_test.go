@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // checkRead reads n bytes of entry id at off through r and compares them
@@ -210,7 +212,7 @@ func FuzzCorruptSpans(f *testing.F) {
 	f.Fuzz(func(t *testing.T, variant uint8, damageLocal bool, edits []byte) {
 		a := archives[int(variant)%len(archives)]
 		if a.obj == nil {
-			t.Skipf("%s: tool missing", a.name)
+			testutil.Missing(t, "%s: tool missing", a.name)
 		}
 		obj, local := a.obj, a.local
 		var hits []int64

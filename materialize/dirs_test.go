@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
@@ -76,7 +77,7 @@ func manyDirsArchive(t *testing.T, path string) {
 // were open at once than the limit plus those in use by the writers.
 func TestManyDirectories(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("owners need root")
+		testutil.Missing(t, "owners need root")
 	}
 	work := t.TempDir()
 	archive := filepath.Join(work, "many-dirs.tar.gz")

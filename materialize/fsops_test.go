@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tarmount/tarmount/internal/testutil/treecmp"
-
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
 
 func TestCreatePerm(t *testing.T) {
@@ -62,7 +62,7 @@ func TestPlainDir(t *testing.T) {
 		return fd
 	}
 	if !plainDir(open()) {
-		t.Skip("the test directory is not plain (setgid or a default ACL)")
+		testutil.Missing(t, "the test directory is not plain (setgid or a default ACL)")
 	}
 	if err := os.Chmod(dir, 0o755|os.ModeSetgid); err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestLinkFd(t *testing.T) {
 	defer unix.Close(dfd)
 	fd, err := unix.Openat(dfd, ".", unix.O_WRONLY|unix.O_TMPFILE, 0o644)
 	if err != nil {
-		t.Skipf("no O_TMPFILE here: %v", err)
+		testutil.Missing(t, "no O_TMPFILE here: %v", err)
 	}
 	defer unix.Close(fd)
 	if _, err := unix.Write(fd, []byte("data")); err != nil {
@@ -109,7 +109,7 @@ func TestLinkFd(t *testing.T) {
 // already gives it the job's user.
 func TestSetgidDir(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("owners need root")
+		testutil.Missing(t, "owners need root")
 	}
 	work := t.TempDir()
 	archive := filepath.Join(work, "a.tar")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/hostile"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
@@ -75,7 +76,7 @@ func extractWith(t *testing.T, archive, dir string, cold bool, opts Options, pre
 // compares the result with what GNU tar extracts.
 func TestRoundTrip(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("owners and devices need root")
+		testutil.Missing(t, "owners and devices need root")
 	}
 	specs := []tarbuild.Spec{
 		{Tool: "gnutar", Format: "posix", Codec: "gzip"},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
@@ -54,7 +55,7 @@ func TestMountEveryCodec(t *testing.T) {
 			for _, tool := range []string{"zstd", "pzstd", "lz4", "bzip2", "pbzip2", "xz"} {
 				if strings.HasPrefix(tc.codec, tool) {
 					if _, err := exec.LookPath(tool); err != nil {
-						t.Skipf("%s not installed", tool)
+						testutil.Missing(t, "%s not installed", tool)
 					}
 				}
 			}
@@ -128,7 +129,7 @@ func TestPackMountsWithoutPass(t *testing.T) {
 	needFUSE(t)
 	for _, tool := range []string{"zstd", "xz"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
+			testutil.Missing(t, "%s not installed", tool)
 		}
 	}
 	work := t.TempDir()

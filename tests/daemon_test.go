@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
@@ -176,7 +177,7 @@ func TestDaemon(t *testing.T) {
 func TestMountHelper(t *testing.T) {
 	needFUSE(t)
 	if _, err := os.Stat("/sbin/mount.fuse3"); err != nil {
-		t.Skip("fuse3's mount helper is not installed")
+		testutil.Missing(t, "fuse3's mount helper is not installed")
 	}
 	const link = "/usr/local/sbin/tarmount"
 	if target, err := os.Readlink(link); err == nil {

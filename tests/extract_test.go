@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/archive"
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/shaped"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
@@ -395,7 +396,7 @@ func BenchmarkMaterializeColdReads(b *testing.B) {
 // them.
 func TestExtractManyDirectories(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("needs bash")
+		testutil.Missing(t, "needs bash")
 	}
 	work := t.TempDir()
 	src, ref, served := filepath.Join(work, "src"), filepath.Join(work, "ref"), filepath.Join(work, "served")

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // dnsServer is a DNS server for one test on a loopback address of its
@@ -36,7 +38,7 @@ func startDNS(t *testing.T) *dnsServer {
 		}
 	}
 	if err != nil {
-		t.Skipf("no loopback address for a DNS server: %v", err)
+		testutil.Missing(t, "no loopback address for a DNS server: %v", err)
 	}
 	d := &dnsServer{addr: conn.LocalAddr().(*net.UDPAddr).IP.String(), conn: conn}
 	done := make(chan struct{})
@@ -118,7 +120,7 @@ func dnsWrap(t *testing.T, d *dnsServer) []string {
 		"sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, conf}
 	probe := exec.Command(wrap[0], append(wrap[1:], "getent", "hosts", "probe.tarmount.test")...)
 	if out, err := probe.CombinedOutput(); err != nil || !strings.Contains(string(out), "127.0.0.1") {
-		t.Skipf("cannot run tarmount with a DNS server of its own (unshare, mount --bind): %v: %s", err, out)
+		testutil.Missing(t, "cannot run tarmount with a DNS server of its own (unshare, mount --bind): %v: %s", err, out)
 	}
 	return wrap
 }

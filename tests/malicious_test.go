@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/hostile"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
@@ -228,7 +229,7 @@ func TestMaliciousCLI(t *testing.T) {
 			})
 			t.Run("unprivileged", func(t *testing.T) {
 				if nobodyReason != nil {
-					t.Skipf("cannot run tarmount as uid 65534 here: %v", nobodyReason)
+					testutil.Missing(t, "cannot run tarmount as uid 65534 here: %v", nobodyReason)
 				}
 				// nobody owns the sentinel too: only tarmount's
 				// care keeps it from being changed.

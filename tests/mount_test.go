@@ -22,6 +22,7 @@ import (
 	"unsafe"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/shaped"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
@@ -59,10 +60,10 @@ func TestMain(m *testing.M) {
 func needFUSE(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("mount tests run as root")
+		testutil.Missing(t, "mount tests run as root")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
+		testutil.Missing(t, "no /dev/fuse")
 	}
 }
 

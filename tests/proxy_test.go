@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
@@ -33,10 +34,7 @@ func startTinyproxy(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("tinyproxy")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("tinyproxy not installed (scripts/deps.sh installs tinyproxy-bin): %v", err)
-		}
-		t.Skipf("tinyproxy not installed: %v", err)
+		testutil.Missing(t, "tinyproxy not installed: %v", err)
 	}
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

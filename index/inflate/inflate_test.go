@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	kgzip "github.com/klauspost/compress/gzip"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // scaled returns n, or an eighth of it under the race detector.
@@ -119,7 +121,7 @@ func multiMember(piece int) func(testing.TB, []byte) []byte {
 func command(name string, args ...string) func(testing.TB, []byte) []byte {
 	return func(t testing.TB, data []byte) []byte {
 		if _, err := exec.LookPath(name); err != nil {
-			t.Skipf("%s not installed", name)
+			testutil.Missing(t, "%s not installed", name)
 		}
 		cmd := exec.Command(name, args...)
 		cmd.Stdin = bytes.NewReader(data)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // tree is a small directory tree made for the tool tests.
@@ -67,7 +69,7 @@ func makeTree(t *testing.T, long, v7 bool) tree {
 func runTool(t *testing.T, dir string, name string, args ...string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s not on PATH", name)
+		testutil.Missing(t, "%s not on PATH", name)
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir

@@ -1,5 +1,7 @@
-// Package testutil is the root of tarmount's test support; it holds no
-// code. Its sub-packages, importable from every package of the module:
+// Package testutil is the root of tarmount's test support. It holds
+// Missing, which every test that lacks a prerequisite calls: a failure
+// under CI=true, a skip elsewhere. Its sub-packages, importable from every
+// package of the module:
 //
 //   - tarbuild: the one tar builder: members written with archive/tar in
 //     any format, crafted raw headers (what archive/tar refuses to write),

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 func TestPercentile(t *testing.T) {
@@ -211,15 +213,15 @@ func BenchmarkTextFill(b *testing.B) {
 // writes to it, and removes it: nothing is left, the loop device included.
 func TestScratchFS(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (losetup, mount)")
+		testutil.Missing(t, "needs root (losetup, mount)")
 	}
 	for _, c := range []string{"losetup", "mkfs.ext4", "findmnt"} {
 		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("needs %s", c)
+			testutil.Missing(t, "needs %s", c)
 		}
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("no loop devices here")
+		testutil.Missing(t, "no loop devices here")
 	}
 	work := t.TempDir()
 	// Not a whole number of sectors: rounded up to whole MiB.

@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
@@ -111,7 +112,7 @@ type builder struct {
 func MakeTree(t testing.TB, dir string, opts TreeOptions) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("corpus.MakeTree needs root (chown, mknod, setuid bits)")
+		testutil.Missing(t, "corpus.MakeTree needs root (chown, mknod, setuid bits)")
 	}
 	b := &builder{t: t, root: dir, opts: opts}
 	b.mkdir(".", 0o755)

@@ -30,6 +30,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // Root credentials of every server started here.
@@ -89,7 +91,7 @@ func ForTest(t testing.TB, opts Options) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
-		t.Skip(err)
+		testutil.Missing(t, "%v", err)
 	}
 	s, err := Start(bin, t.TempDir(), opts)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // fakeTB records Errorf and Fatalf calls instead of failing the test. The
@@ -166,7 +168,7 @@ func TestEachDifferenceReported(t *testing.T) {
 			name: "uid gid",
 			change: func(t *testing.T, got string) {
 				if os.Geteuid() != 0 {
-					t.Skip("chown needs root")
+					testutil.Missing(t, "chown needs root")
 				}
 				os.Lchown(filepath.Join(got, "sym"), 1234, 5678)
 			},
