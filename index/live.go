@@ -24,9 +24,11 @@ var ErrPassFailed = errors.New("index: the index pass failed")
 //
 //   - names the pass has seen are found at once; WaitName waits for a
 //     name it has not seen yet until the pass reaches it or ends;
-//   - ReadAt serves data the pass has passed (decoded again from the
-//     checkpoints already recorded, whose compressed bytes are usually
-//     still in the block cache) and waits for data ahead of it;
+//   - ReadAt serves data the pass has passed: the bytes it decoded last
+//     (the last two spans or so) from its own output, at once, and older
+//     ones decoded again from the checkpoints already recorded, whose
+//     compressed bytes are usually still in the block cache; it waits
+//     for data ahead of the pass;
 //   - once the pass has ended and the caller has made the Reader of the
 //     finished index (Serve), everything is served by that Reader.
 //
@@ -57,7 +59,15 @@ type Live struct {
 	ids     liveIDs       // set when built
 	err     error         // why the pass failed
 	closed  bool
-	retired ReaderStats // counters of the readers of the partial index closed so far
+	retired ReaderStats  // counters of the readers of the partial index closed so far
+	recent  recentOutput // the pass's latest decoded bytes (compressed archives), while the mount is in use
+	recentN int64        // reads served from recent
+
+	// The pass copies its output to recent only while the tree is in
+	// use: up to ahead bytes past usedAt, the decoded offset at the
+	// latest call of a reader (-1: none yet). An idle mount's pass pays
+	// no copy.
+	usedAt, ahead, decodedEnd atomic.Int64
 
 	// served is set by Serve, under mu; once set, every call reads it
 	// without taking mu.
@@ -119,12 +129,46 @@ func NewLive(src Source, opts ReaderOptions) *Live {
 	// One set of decode slots and CPU tokens for all the readers of
 	// the partial index, old ones still reading included.
 	opts.shared = NewReader(&Index{}, nil, ReaderOptions{})
-	return &Live{src: src, opts: opts, local: -1}
+	l := &Live{src: src, opts: opts, local: -1}
+	l.usedAt.Store(-1)
+	return l
+}
+
+// inUse tells l that a reader uses the tree: the pass keeps its output
+// for reads for a while (see usedAt).
+func (l *Live) inUse() {
+	now := l.decodedEnd.Load()
+	for {
+		cur := l.usedAt.Load()
+		if cur >= now || l.usedAt.CompareAndSwap(cur, now) {
+			return
+		}
+	}
 }
 
 // attach is called by Build when the pass starts.
 func (l *Live) attach(b *builder, ix *Index) {
-	l.update(func() { l.b, l.ix = b, ix })
+	l.update(func() {
+		l.b, l.ix = b, ix
+		if ix.Codec.compressed() {
+			l.recent = newRecentOutput(ix.Span)
+			l.ahead.Store(int64(l.recent.size))
+		}
+	})
+}
+
+// decoded is called by the pass with its decoded bytes at offset at, in
+// order, before the tar scan reads them: a read of them is served at once,
+// before the checkpoint that completes their span.
+func (l *Live) decoded(p []byte, at int64) {
+	l.decodedEnd.Store(at + int64(len(p)))
+	if u := l.usedAt.Load(); u < 0 || at >= u+l.ahead.Load() {
+		return
+	}
+	l.mu.Lock()
+	l.recent.write(p, at)
+	l.notifyLocked()
+	l.mu.Unlock()
 }
 
 // update runs f, which changes what the pass has seen, under l.mu, and
@@ -194,6 +238,7 @@ func (l *Live) Serve(r *Reader) {
 	l.mu.Lock()
 	l.served.Store(&served{r: r, liveIDs: l.ids})
 	l.b = nil // the finished index has it all
+	l.recent.release()
 	l.notifyLocked()
 	old := l.dropSnapLocked()
 	l.mu.Unlock()
@@ -209,6 +254,7 @@ func (l *Live) Fail(err error) { l.finished(nil, err) }
 func (l *Live) Close() error {
 	l.mu.Lock()
 	l.closed = true
+	l.recent.release()
 	l.notifyLocked()
 	old := l.dropSnapLocked()
 	l.mu.Unlock()
@@ -302,6 +348,7 @@ func (l *Live) waitLocked(ctx context.Context) error {
 // WaitName blocks until name in directory dir is known, or the pass has
 // ended (the name is then known to be missing), or ctx ends.
 func (l *Live) WaitName(ctx context.Context, dir EntryID, name string) error {
+	l.inUse()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
@@ -466,6 +513,7 @@ func (l *Live) Lookup(dir EntryID, name string) (EntryID, bool) {
 		return s.passID(id), ok
 	}
 	defer l.mu.Unlock()
+	l.inUse()
 	if l.b == nil || int(dir) >= len(l.b.entries) || l.b.entries[dir].Type != TypeDir {
 		return 0, false
 	}
@@ -489,6 +537,7 @@ func (l *Live) Children(dir EntryID) []Dirent {
 		return out
 	}
 	defer l.mu.Unlock()
+	l.inUse()
 	if l.b == nil {
 		return nil
 	}
@@ -555,6 +604,7 @@ func (l *Live) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int
 		l.mu.Unlock()
 		return 0, ErrNotFound
 	}
+	l.inUse()
 	be := l.b.entries[id]
 	l.mu.Unlock()
 	e := &be.Entry
@@ -568,13 +618,31 @@ func (l *Live) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int
 	case len(p) == 0:
 		return 0, nil
 	}
-	// The data of the whole read lies before this offset in the tar
-	// stream (for a sparse file, before the end of its stored data).
-	need := int64(e.DataOffset) + storedSize(e, be.sparse)
 	if !e.Sparse {
-		need = int64(e.DataOffset) + min(off+int64(len(p)), e.Size)
+		// Its stored bytes are its data: the pass's latest decoded
+		// bytes may serve the read, or its end.
+		q := p[:min(int64(len(p)), e.Size-off)]
+		s, final, prefix, err := l.reader(ctx, int64(e.DataOffset)+off, q)
+		if err != nil {
+			return 0, err
+		}
+		if final {
+			return l.ReadAt(ctx, id, p, off)
+		}
+		if s != nil {
+			defer l.release(s)
+			if _, err := s.r.readEntry(ctx, e, nil, q[:prefix], off); err != nil && err != io.EOF {
+				return 0, err
+			}
+		}
+		if len(q) < len(p) {
+			return len(q), io.EOF
+		}
+		return len(q), nil
 	}
-	s, final, err := l.reader(ctx, need)
+	// The data of the whole read lies before the end of the file's
+	// stored data in the tar stream.
+	s, final, _, err := l.reader(ctx, int64(e.DataOffset)+storedSize(e, be.sparse), nil)
 	if err != nil {
 		return 0, err
 	}
@@ -585,41 +653,75 @@ func (l *Live) ReadAt(ctx context.Context, id EntryID, p []byte, off int64) (int
 	return s.r.readEntry(ctx, e, be.sparse, p, off)
 }
 
-// reader returns a reader of the partial index that covers the tar
-// stream up to need, waiting for the pass to get there; or final when the
-// finished index serves reads now.
-func (l *Live) reader(ctx context.Context, need int64) (s *liveSnap, final bool, err error) {
+// reader waits until the pass has decoded the tar stream up to need
+// (without q) or the bytes of q at off (with q), and returns a reader of
+// the partial index that covers them; or final when the finished index
+// serves reads now.
+//
+// With q, s serves q[:prefix]: the pass's latest decoded bytes, if it
+// still holds those of q[prefix:], are copied there at once (all of q when
+// s is nil).
+func (l *Live) reader(ctx context.Context, off int64, q []byte) (s *liveSnap, final bool, prefix int, err error) {
 	var old *Reader
 	l.mu.Lock()
 	defer func() {
 		l.mu.Unlock()
 		l.retire(old)
 	}()
+	need := off
+	if q != nil {
+		need = off + int64(len(q))
+	}
 	for {
 		if l.served.Load() != nil {
-			return nil, true, nil
+			return nil, true, 0, nil
 		}
 		if l.closed {
-			return nil, false, fmt.Errorf("%w: closed", ErrPassFailed)
+			return nil, false, 0, fmt.Errorf("%w: closed", ErrPassFailed)
 		}
-		if l.snap != nil && l.snap.r.ix.TarSize >= need {
-			l.snap.refs++
-			return l.snap, false, nil
+		if l.snapCoversLocked(need) {
+			return l.snapLocked(need, &old), false, len(q), nil
 		}
-		if l.ix != nil && l.coveredLocked() >= need {
-			old = l.dropSnapLocked()
-			p := l.partialLocked()
-			opts := l.opts
-			// A few spans: reads during the pass mostly follow it,
-			// and every new snapshot starts with an empty cache.
-			opts.CacheBytes = min(cmp.Or(opts.CacheBytes, DefaultSpanCacheBytes), liveCacheSpans*p.Span)
-			l.snap = &liveSnap{r: NewReader(p, l.src, opts), refs: 1}
-			continue
+		if q != nil {
+			m := max(off, l.recent.start)
+			if l.recent.holds(m, need-m) && (m == off || l.snapCoversLocked(m)) {
+				l.recent.readAt(q[m-off:], m)
+				l.recentN++
+				if m == off {
+					return nil, false, 0, nil
+				}
+				return l.snapLocked(m, &old), false, int(m - off), nil
+			}
 		}
 		if err := l.waitLocked(ctx); err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 	}
+}
+
+// snapCoversLocked reports whether a reader of the partial index can
+// serve the tar stream up to need now.
+func (l *Live) snapCoversLocked(need int64) bool {
+	return (l.snap != nil && l.snap.r.ix.TarSize >= need) || (l.ix != nil && l.coveredLocked() >= need)
+}
+
+// snapLocked returns a reference to a reader of the partial index that
+// covers the tar stream up to need (snapCoversLocked must have said so):
+// the current one, or one made anew over the spans complete now; a
+// replaced reader that nobody holds goes to *old, for the caller to
+// retire.
+func (l *Live) snapLocked(need int64, old **Reader) *liveSnap {
+	if l.snap == nil || l.snap.r.ix.TarSize < need {
+		*old = l.dropSnapLocked()
+		p := l.partialLocked()
+		opts := l.opts
+		// A few spans: reads during the pass mostly follow it,
+		// and every new snapshot starts with an empty cache.
+		opts.CacheBytes = min(cmp.Or(opts.CacheBytes, DefaultSpanCacheBytes), liveCacheSpans*p.Span)
+		l.snap = &liveSnap{r: NewReader(p, l.src, opts), refs: 1}
+	}
+	l.snap.refs++
+	return l.snap
 }
 
 func (l *Live) release(s *liveSnap) {

@@ -236,6 +236,11 @@ func TestLiveServesDuringThePass(t *testing.T) {
 			missing := within(func() error { return p.live.WaitName(ctx, RootID, "nope") })
 			listing := within(func() error { return p.live.WaitListing(ctx) })
 			lateName := within(func() error { return p.live.WaitName(ctx, RootID, "late.bin") })
+			// early/a.bin is served once decoded, maybe before the
+			// pass has read the next header.
+			if err := p.live.WaitName(ctx, RootID, "filler.bin"); err != nil {
+				t.Fatalf("WaitName filler.bin: %v", err)
+			}
 			fillerID := mustLive(t, p.live, "filler.bin")
 			tail := make([]byte, 1000)
 			tailRead := within(func() error {
@@ -481,5 +486,162 @@ func TestLiveAnswersAcrossServe(t *testing.T) {
 				t.Errorf("%s never looked for the builder: the test did not test the race", c.name)
 			}
 		})
+	}
+}
+
+// TestLiveServesDecodedBytes: a member the pass has decoded is served at
+// once, from the pass's latest output, while no checkpoint after it exists
+// yet (the span is longer than the archive); data ahead of the pass still
+// waits.
+func TestLiveServesDecodedBytes(t *testing.T) {
+	early := randomData(11, 100<<10)
+	filler := randomData(12, 1<<20)
+	raw := tarBytes(t, []member{
+		{name: "early.bin", data: early},
+		{name: "filler.bin", data: filler},
+	})
+	const span = 32 << 20
+	for _, c := range []struct {
+		name  string
+		make  func(t testing.TB, raw []byte) []byte
+		local bool
+	}{
+		{"gzip", func(_ testing.TB, raw []byte) []byte { return tarbuild.GzipLevel(raw, 6) }, false},
+		{"zstd-one-frame", zstdStream, true},
+		{"lz4", lz4Go(lz4.BlockSizeOption(lz4.Block64Kb)), false},
+		{"xz", xzGo, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := c.make(t, raw)
+			p := startPass(t, obj, 0, span, c.local)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			// A mount in use, as the pass starts: a lookup waits.
+			// filler.bin's header follows early.bin's data: once it is
+			// known, the pass has decoded all of early.bin.
+			named := within(func() error { return p.live.WaitName(ctx, RootID, "filler.bin") })
+			blocked(t, named, "WaitName before the pass has read anything")
+			p.gate.allow(len(obj) * 2 / 5)
+			if err := returned(t, named, "WaitName filler.bin"); err != nil {
+				t.Fatalf("WaitName filler.bin: %v", err)
+			}
+			id := mustLive(t, p.live, "early.bin")
+			e := p.live.Entry(id)
+			p.live.mu.Lock()
+			covered := p.live.coveredLocked()
+			p.live.mu.Unlock()
+			if end := int64(e.DataOffset) + e.Size; covered >= end {
+				t.Fatalf("complete spans cover %d bytes, past early.bin's end at %d: the test shows nothing", covered, end)
+			}
+			got := make([]byte, len(early))
+			read := within(func() error {
+				_, err := p.live.ReadAt(ctx, id, got, 0)
+				return err
+			})
+			if err := returned(t, read, "a read of early.bin, decoded but in no complete span"); err != nil {
+				t.Fatalf("ReadAt early.bin: %v", err)
+			}
+			if !bytes.Equal(got, early) {
+				t.Fatal("early.bin read from the pass's output differs")
+			}
+			if !p.running() {
+				t.Fatal("the pass ended before the gate opened")
+			}
+
+			fillerID := mustLive(t, p.live, "filler.bin")
+			tail := make([]byte, 4096)
+			ahead := within(func() error {
+				_, err := p.live.ReadAt(context.Background(), fillerID, tail, int64(len(filler)-len(tail)))
+				return err
+			})
+			blocked(t, ahead, "a read of data ahead of the pass")
+			p.finish(t)
+			if err := returned(t, ahead, "the read ahead"); err != nil {
+				t.Fatalf("the read ahead of the pass: %v", err)
+			}
+			if !bytes.Equal(tail, filler[len(filler)-len(tail):]) {
+				t.Fatal("the end of filler.bin differs")
+			}
+		})
+	}
+}
+
+// TestLiveReadAcrossTheLastCheckpoint: a read whose start lies in the
+// complete spans and whose end the pass has just decoded gets its start
+// from a span and its end from the pass's output.
+func TestLiveReadAcrossTheLastCheckpoint(t *testing.T) {
+	// Letters of a small alphabet: Huffman blocks, which the pass
+	// decodes as their bytes arrive, so that it stops inside a span.
+	filler := randomData(13, 3<<20)
+	for i := range filler {
+		filler[i] = 'a' + filler[i]%16
+	}
+	raw := tarBytes(t, []member{{name: "filler.bin", data: filler}, {name: "z", data: []byte("z")}})
+	obj := tarbuild.GzipLevel(raw, 6)
+	p := startPass(t, obj, 0, 512<<10, false)
+	l := p.live
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The tree is in use from the start: the pass keeps its output.
+	named := within(func() error { return l.WaitName(ctx, RootID, "filler.bin") })
+	blocked(t, named, "WaitName before the pass has read anything")
+	p.gate.allow(len(obj) / 3)
+	if err := returned(t, named, "WaitName filler.bin"); err != nil {
+		t.Fatalf("WaitName filler.bin: %v", err)
+	}
+	id := mustLive(t, l, "filler.bin")
+	// Wait for the pass to stop at the gate: its output stops growing.
+	var covered, end int64
+	for last := int64(-1); ; last = end {
+		time.Sleep(50 * time.Millisecond)
+		l.mu.Lock()
+		covered, end = l.coveredLocked(), l.recent.end
+		l.mu.Unlock()
+		if end == last && end > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the pass never stopped at the gate")
+		}
+	}
+	data := int64(l.Entry(id).DataOffset)
+	from, to := covered-5000-data, end-100-data
+	if from < 0 || to <= from+5000 || covered >= end {
+		t.Fatalf("covered %d, decoded %d, data at %d: no read straddles the last checkpoint", covered, end, data)
+	}
+	before := l.recentN
+	got := make([]byte, to-from)
+	if _, err := l.ReadAt(ctx, id, got, from); err != nil {
+		t.Fatalf("ReadAt across the last checkpoint: %v", err)
+	}
+	if !bytes.Equal(got, filler[from:to]) {
+		t.Fatal("a read across the last checkpoint differs")
+	}
+	l.mu.Lock()
+	served := l.recentN - before
+	l.mu.Unlock()
+	if served != 1 {
+		t.Fatalf("reads served from the pass's output: got %d, want 1", served)
+	}
+	if !p.running() {
+		t.Fatal("the pass ended before the gate opened")
+	}
+}
+
+// TestLiveIdleKeepsNoOutput: a pass whose tree nobody uses copies none of
+// its output.
+func TestLiveIdleKeepsNoOutput(t *testing.T) {
+	raw := tarBytes(t, []member{{name: "a.bin", data: randomData(14, 2<<20)}})
+	obj := tarbuild.GzipLevel(raw, 1)
+	p := startPass(t, obj, len(obj), 256<<10, false)
+	<-p.done
+	if p.err != nil {
+		t.Fatalf("Build: %v", p.err)
+	}
+	p.live.mu.Lock()
+	held := p.live.recent.end - p.live.recent.start
+	p.live.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("the output an idle pass kept: got %d bytes, want 0", held)
 	}
 }

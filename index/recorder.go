@@ -52,6 +52,9 @@ func newRecorder(ix *Index, span int64, local io.WriterAt) *recorder {
 
 // write takes decoded bytes in order.
 func (r *recorder) write(p []byte) {
+	if r.live != nil {
+		r.live.decoded(p, r.out)
+	}
 	if r.toLocal && r.local != nil && r.err == nil {
 		r.err = writeSparse(r.local, p, r.out)
 	}
