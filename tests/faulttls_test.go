@@ -2,7 +2,6 @@ package tests
 
 import (
 	"crypto/tls"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -35,12 +34,8 @@ func TestFaultsTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// tarmount trusts these two only, from SSL_CERT_FILE.
-	certFile := filepath.Join(t.TempDir(), "trusted.pem")
-	if err := os.WriteFile(certFile, append(append([]byte(nil), trustedPEM...), otherHostPEM...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wrap := []string{"env", "SSL_CERT_FILE=" + certFile}
+	// tarmount trusts these two, from SSL_CERT_FILE.
+	wrap := []string{"env", "SSL_CERT_FILE=" + trustFile(t, trustedPEM, otherHostPEM)}
 	const unknownAuthority = "x509: certificate signed by unknown authority"
 
 	for _, tc := range []struct {

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,19 @@ import (
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
 )
+
+// trustFile writes the PEM certificates pems to a file for SSL_CERT_FILE
+// and returns its path: a tarmount process given it trusts those in place
+// of the system's bundle file (Go still reads the system's certificate
+// directories, /etc/ssl/certs and the like, which hold no test's CA).
+func trustFile(t testing.TB, pems ...[]byte) string {
+	t.Helper()
+	name := filepath.Join(t.TempDir(), "trusted.pem")
+	if err := os.WriteFile(name, bytes.Join(pems, nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
 
 // TestMountHTTPS mounts an archive from an HTTPS server that offers
 // HTTP/2, as CDNs and object stores do, and checks that the tree matches
@@ -43,12 +57,7 @@ func TestMountHTTPS(t *testing.T) {
 		srv.Close()
 		h.Close()
 	})
-	certFile := filepath.Join(f.work, "cert.pem")
-	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	if err := os.WriteFile(certFile, pemBytes, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SSL_CERT_FILE", certFile)
+	t.Setenv("SSL_CERT_FILE", trustFile(t, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
 
 	for _, tc := range []struct {
 		name  string
