@@ -595,13 +595,7 @@ func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 	if b.readDisk(blk, p) {
 		return buf, nil
 	}
-	n, err := b.readSource(ctx, p, blk.off)
-	switch {
-	case n == blk.n && (err == nil || err == io.EOF):
-		err = nil
-	case err == nil || err == io.EOF:
-		err = fmt.Errorf("read %s at %d: got %d of %d bytes: %w", b.src, blk.off, n, blk.n, io.ErrUnexpectedEOF)
-	}
+	err := b.readFull(ctx, p, blk.off)
 	if b.log.Enabled(ctx, slog.LevelDebug) {
 		attrs := []slog.Attr{slog.String("src", b.src.String()), slog.Int64("off", blk.off), slog.Int("len", blk.n)}
 		if err != nil {
@@ -614,6 +608,19 @@ func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 		return nil, err
 	}
 	return buf, nil
+}
+
+// readFull reads all of p at off from the source; fewer bytes than
+// len(p) is io.ErrUnexpectedEOF.
+func (b *Blocks) readFull(ctx context.Context, p []byte, off int64) error {
+	n, err := b.readSource(ctx, p, off)
+	switch {
+	case n == len(p) && (err == nil || err == io.EOF):
+		return nil
+	case err == nil || err == io.EOF:
+		return fmt.Errorf("read %s at %d: got %d of %d bytes: %w", b.src, off, n, len(p), io.ErrUnexpectedEOF)
+	}
+	return err
 }
 
 // publishLocked records the outcome of a fetch and wakes its waiters. A
