@@ -20,12 +20,18 @@ const (
 	defaultBlockSize  = 4 << 20
 	defaultWorkers    = 8
 	defaultCacheBytes = 256 << 20
+	defaultFirstPiece = 64 << 10
 )
 
 // BlocksOptions configure NewBlocks. Zero values mean the defaults.
 type BlocksOptions struct {
 	BlockSize int64 // bytes per block; default 4 MiB (defaultBlockSize)
 	Workers   int   // parallel range requests; default 8
+	// FirstPiece is the size of the first range request of the block a
+	// stream starts in, when that block is fetched in pieces (ramp.go);
+	// default 64 KiB (defaultFirstPiece), negative for whole blocks only.
+	// Blocks no larger than it are fetched whole.
+	FirstPiece int64
 	// CacheBytes bounds the memory of cached blocks plus blocks being
 	// fetched; default 256 MiB. It is raised silently to hold at least
 	// Workers+2 blocks.
@@ -41,7 +47,7 @@ type BlocksOptions struct {
 
 // Stats are counters since NewBlocks, and the current cache size.
 type Stats struct {
-	Requests     int64 // range reads issued to the Source
+	Requests     int64 // range reads issued to the Source (a block in pieces makes one a piece)
 	BytesFetched int64 // bytes those reads returned
 	InFlight     int64 // bytes asked of the Source by reads not yet returned, now
 	CacheHits    int64 // block lookups served from memory
@@ -62,6 +68,12 @@ type Stats struct {
 // a queued read-ahead fetch never starts while a ReadAt waits for a fetch
 // slot, so a ReadAt waits for at most one running fetch to finish.
 //
+// Workers bounds the blocks fetched at once, not the range requests: the
+// block a stream starts in may be fetched in pieces (ramp.go), which run
+// at once in that block's one worker slot, so while it runs up to
+// len(pieces)-1 more requests are in flight (6 more for a 4 MiB block
+// with the default 64 KiB first piece).
+//
 // Memory: CacheBytes bounds cached blocks plus running fetches. A block
 // dropped while a reader still copies from it, or while a stream holds it
 // as read-ahead, stays alive until released, so the transient peak is
@@ -78,6 +90,7 @@ type Blocks struct {
 	nblocks    int64
 	workers    int
 	cacheBytes int64
+	firstPiece int64 // 0: no pieces
 	log        *slog.Logger
 	pool       sync.Pool          // *[]byte of min(blockSize, size) bytes
 	ctx        context.Context    // parent of every fetch; cancelled by Close
@@ -122,10 +135,15 @@ type block struct {
 	off  int64
 	n    int           // length: blockSize, or less for the last block
 	done chan struct{} // closed under Blocks.mu once state is blockDone
+	// set under Blocks.mu when the block is queued; read-only after
+	pieces []piece // nil unless the block is fetched in pieces (ramp.go)
+
+	// set by the fetching worker before the pieces start; read-only after
+	partial []byte // the buffer the pieces fill; nil unless pieces
 
 	// set under Blocks.mu before done is closed; read-only after
-	buf  *[]byte // pooled buffer; nil unless the fetch succeeded
-	data []byte  // (*buf)[:n]
+	buf  *[]byte // pooled buffer; nil if a failed fetch gave it back
+	data []byte  // (*buf)[:n]; nil unless the fetch succeeded
 	err  error
 
 	// holders (ReadAt calls and streams) plus evictedBit once evicted
@@ -158,6 +176,13 @@ func NewBlocks(src Source, opts BlocksOptions) *Blocks {
 		cacheBytes = defaultCacheBytes
 	}
 	cacheBytes = max(cacheBytes, int64(workers+2)*bs)
+	firstPiece := opts.FirstPiece
+	switch {
+	case firstPiece == 0:
+		firstPiece = defaultFirstPiece
+	case firstPiece < 0:
+		firstPiece = 0
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -170,6 +195,7 @@ func NewBlocks(src Source, opts BlocksOptions) *Blocks {
 		nblocks:    (size + bs - 1) / bs,
 		workers:    workers,
 		cacheBytes: cacheBytes,
+		firstPiece: firstPiece,
 		log:        log,
 		blocks:     make(map[int64]*block),
 	}
@@ -595,7 +621,12 @@ func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 	if b.readDisk(blk, p) {
 		return buf, nil
 	}
-	err := b.readFull(ctx, p, blk.off)
+	var err error
+	if blk.pieces != nil {
+		err = b.fetchPieces(ctx, blk, p)
+	} else {
+		err = b.readFull(ctx, p, blk.off)
+	}
 	if b.log.Enabled(ctx, slog.LevelDebug) {
 		attrs := []slog.Attr{slog.String("src", b.src.String()), slog.Int64("off", blk.off), slog.Int("len", blk.n)}
 		if err != nil {
@@ -603,11 +634,13 @@ func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 		}
 		b.log.LogAttrs(ctx, slog.LevelDebug, "fetch block", attrs...)
 	}
-	if err != nil {
+	if err != nil && blk.pieces == nil {
 		b.pool.Put(buf)
 		return nil, err
 	}
-	return buf, nil
+	// A block fetched in pieces keeps its buffer even when it failed:
+	// streams may be reading the pieces that arrived (publishLocked).
+	return buf, err
 }
 
 // readFull reads all of p at off from the source; fewer bytes than
@@ -625,16 +658,21 @@ func (b *Blocks) readFull(ctx context.Context, p []byte, off int64) error {
 
 // publishLocked records the outcome of a fetch and wakes its waiters. A
 // good block is cached unless a newer fetch of the same index replaced it
-// meanwhile; errors are never cached.
+// meanwhile; errors are never cached. The buffer of a failed fetch goes
+// back to the pool once the block's holders are gone, since a stream may
+// be reading the pieces that arrived.
 func (b *Blocks) publishLocked(blk *block, buf *[]byte, err error) {
 	if err != nil || b.closed {
-		if buf != nil {
-			b.pool.Put(buf)
-		}
 		if b.closed {
 			err = fmt.Errorf("read %s at %d: %w", b.src, blk.off, ErrClosed)
 		}
 		b.forgetLocked(blk)
+		if buf != nil {
+			blk.buf = buf
+			if blk.refs.Add(evictedBit) == evictedBit {
+				b.pool.Put(buf)
+			}
+		}
 		b.finishLocked(blk, err)
 		return
 	}

@@ -15,8 +15,10 @@
 //	                v
 //	            Blocks    fixed-size blocks fetched by Workers goroutines,
 //	                |     memory LRU bounded in bytes, ReadAt for random
-//	                |     access, Stream for in-order reading with read-ahead,
-//	                |     Ranges for exact ranges (gzip spans)
+//	                |     access, Stream for in-order reading with read-ahead
+//	                |     (its first block in pieces of growing size, so
+//	                |     that its first bytes come early), Ranges for
+//	                |     exact ranges (gzip spans)
 //	                v
 //	            DiskCache optional: blocks and ranges kept on disk across
 //	                      mounts and shared by processes, keyed by identity,

@@ -12,6 +12,15 @@ import (
 // first-byte latency; read-ahead memory is bounded by Workers+1 blocks
 // (the one being read and Workers ahead).
 //
+// The block the stream starts in, if it is neither cached nor being
+// fetched, is fetched in pieces of growing size, all sent at once
+// (BlocksOptions.FirstPiece, ramp.go), and the stream returns the bytes
+// of each piece once it and the pieces before it have arrived: the first
+// bytes come after about one round trip plus their own bytes instead of
+// after the whole block. Later blocks are fetched whole. If a piece fails,
+// the block fails: the stream returns the bytes of the pieces before it,
+// then the error.
+//
 // Stream blocks go through the same cache and in-flight map as ReadAt: a
 // concurrent ReadAt of a streamed block does not fetch it twice, and a
 // stream reads cached blocks without fetching them. Read-ahead fetches
@@ -36,7 +45,7 @@ import (
 // with ErrClosed; after b.Close they do once the read-ahead already
 // fetched is used up.
 func (b *Blocks) Stream(ctx context.Context, off int64) io.ReadCloser {
-	s := &stream{b: b, ctx: ctx, ahead: make([]*block, 0, b.workers+1)}
+	s := &stream{b: b, ctx: ctx, ahead: make([]*block, 0, b.workers+1), ramp: true}
 	if off < 0 {
 		s.err = fmt.Errorf("stream %s at %d: negative offset", b.src, off)
 		return s
@@ -62,6 +71,7 @@ type stream struct {
 	next  int64    // index of the next block to request
 	ahead []*block // requested blocks, in order
 	err   error    // sticky: a failed fetch, a done ctx, Close
+	ramp  bool     // the next block requested is the first: fetch it in pieces
 }
 
 // fill requests blocks until the read-ahead window is full.
@@ -77,24 +87,31 @@ func (s *stream) fill() {
 		return
 	}
 	for s.next < b.nblocks && len(s.ahead) <= b.workers {
+		if s.ramp {
+			s.ramp = false
+			b.rampLocked(s.next)
+		}
 		s.ahead = append(s.ahead, b.getLocked(s.next, false))
 		s.next++
 	}
 	b.mu.Unlock()
 }
 
-// head waits for the block that holds pos (pos < size).
-func (s *stream) head() (*block, error) {
+// head waits for the byte at pos (pos < size) and returns the bytes of
+// its block from pos on that are there: to the end of the block, or of
+// its ready prefix while it is fetched in pieces.
+func (s *stream) head() ([]byte, error) {
 	s.fill()
 	if s.err != nil {
 		return nil, s.err
 	}
 	blk := s.ahead[0]
-	if err := s.b.wait(s.ctx, blk); err != nil {
+	p, err := s.b.waitFrom(s.ctx, blk, int(s.pos-blk.off))
+	if err != nil {
 		s.fail(err)
 		return nil, err
 	}
-	return blk, nil
+	return p, nil
 }
 
 // advance moves pos by n bytes within ahead[0], releasing it at its end.
@@ -133,11 +150,11 @@ func (s *stream) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	blk, err := s.head()
+	q, err := s.head()
 	if err != nil {
 		return 0, err
 	}
-	n := copy(p, blk.data[s.pos-blk.off:])
+	n := copy(p, q)
 	s.advance(n)
 	return n, nil
 }
@@ -153,11 +170,10 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 		if s.pos >= s.b.size {
 			return total, nil
 		}
-		blk, err := s.head()
+		p, err := s.head()
 		if err != nil {
 			return total, err
 		}
-		p := blk.data[s.pos-blk.off:]
 		n, err := w.Write(p)
 		if n < 0 || n > len(p) {
 			n = 0

@@ -159,14 +159,15 @@ func TestStreamDiscard(t *testing.T) {
 }
 
 // TestStreamDiscardModel compares random Read and Discard sequences with
-// a bytes.Reader.
+// a bytes.Reader, with the first block whole or in pieces.
 func TestStreamDiscardModel(t *testing.T) {
 	const bs = 100
 	data := randomBytes(3000, 5)
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 2))
-			b := newTestBlocks(t, newMemSource(data), BlocksOptions{BlockSize: bs, Workers: 1 + r.IntN(4)})
+			firstPiece := []int64{-1, 7, 30}[seed%3]
+			b := newTestBlocks(t, newMemSource(data), BlocksOptions{BlockSize: bs, Workers: 1 + r.IntN(4), FirstPiece: firstPiece})
 			start := r.Int64N(int64(len(data)))
 			s := b.Stream(t.Context(), start).(discarder)
 			defer s.Close()
