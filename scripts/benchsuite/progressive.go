@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,8 +49,7 @@ func (s *suite) progressiveOne(ctx context.Context, cb *combo, run int, tool str
 		labels = append(labels, fmt.Sprintf("file at %d%%", alongPercents[i]))
 		paths = append(paths, m.Path)
 	}
-	goVersion := cb.d.kind == "go"
-	if goVersion {
+	if cb.d.kind == "go" {
 		labels = append(labels, "go version")
 	}
 	base, _ := splitTool(tool)
@@ -76,12 +76,8 @@ func (s *suite) progressiveOne(ctx context.Context, cb *combo, run int, tool str
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return err
 		}
-		tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd"}[cb.codec]
-		script := `curl -sSf "$1" | tar -x ` + tarFlag + ` -C "$2"`
-		if cb.codec == "lz4" {
-			script = `curl -sSf "$1" | lz4 -dc | tar -x -C "$2"`
-		}
-		p, err = startProc([]string{"bash", "-o", "pipefail", "-c", script, "_", cb.url, root}, s.env, s.logPath(cb, "curl-tar-progressive", run))
+		argv, _ := s.peerCmd(cb.codec, curlTar(cb.codec), cb.url, root, "")
+		p, err = startProc(argv, s.env, s.logPath(cb, "curl-tar-progressive", run))
 	}
 	if err != nil {
 		return err
@@ -98,47 +94,25 @@ func (s *suite) progressiveOne(ctx context.Context, cb *combo, run int, tool str
 	// The probes, and the end of the index pass, all at once.
 	pctx, cancel := context.WithTimeout(ctx, s.c.stepTimeout)
 	defer cancel()
-	done := make([]time.Duration, len(labels))
-	errs := make([]error, len(labels))
-	var wg sync.WaitGroup
-	for i := range labels {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			probe := func() error { return readFirstByte(filepath.Join(root, paths[min(i, len(paths)-1)])) }
-			if i >= len(paths) {
-				probe = func() error {
-					_, err := runCmd(pctx, time.Minute, s.env, "", filepath.Join(root, cb.d.top, "bin", "go"), "version")
-					return err
-				}
-			}
-			for {
-				if probe() == nil {
-					done[i] = time.Since(t0)
-					return
-				}
-				select {
-				case <-pctx.Done():
-					errs[i] = fmt.Errorf("%s: not usable within %s", labels[i], s.c.stepTimeout)
-					return
-				case <-time.After(probeEvery):
-				}
-			}
-		}()
+	var ms []milestone
+	for i, l := range labels {
+		if i < len(paths) {
+			ms = append(ms, probing(l, firstByte(filepath.Join(root, paths[i]))))
+		} else {
+			ms = append(ms, probing(l, goVersion(s.env, "", filepath.Join(root, cb.d.top))))
+		}
 	}
-	var passEnd time.Duration
+	if mnt != "" {
+		ms = append(ms, milestone{"index pass ended", func(ctx context.Context) (time.Time, error) {
+			return waitLog(ctx, p, "msg=indexed", s.c.stepTimeout)
+		}})
+	}
+	at, errs := await(pctx, t0, s.c.stepTimeout, ms)
+	done, passEnd := at[:len(labels)], time.Duration(0)
 	var passErr error
 	if mnt != "" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var at time.Time
-			if at, passErr = waitLog(pctx, p, "msg=indexed", s.c.stepTimeout); passErr == nil {
-				passEnd = at.Sub(t0)
-			}
-		}()
+		passEnd, passErr = at[len(labels)], errs[len(labels)]
 	}
-	wg.Wait()
 	if mnt == "" {
 		// tar may still be writing the files whose first byte was seen.
 		select {
@@ -154,7 +128,7 @@ func (s *suite) progressiveOne(ctx context.Context, cb *combo, run int, tool str
 	if mnt == "" && p.exited() && p.err != nil {
 		bad = append(bad, fmt.Sprintf("%v: %s", p.err, p.lastLine()))
 	}
-	for i, e := range errs {
+	for i, e := range errs[:len(labels)] {
 		if e != nil {
 			bad = append(bad, e.Error())
 		}
@@ -194,6 +168,72 @@ func (s *suite) progressiveOne(ctx context.Context, cb *combo, run int, tool str
 		}
 	}
 	return nil
+}
+
+// milestone is a moment that a scenario times from the start of a tool:
+// wait blocks until it comes and returns when, or fails.
+type milestone struct {
+	label string
+	wait  func(ctx context.Context) (time.Time, error)
+}
+
+// probing is the milestone at which probe first succeeds, retried every
+// probeEvery from the start, as services started at boot would.
+func probing(label string, probe func(ctx context.Context) error) milestone {
+	return milestone{label, func(ctx context.Context) (time.Time, error) {
+		for {
+			if probe(ctx) == nil {
+				return time.Now(), nil
+			}
+			select {
+			case <-ctx.Done():
+				return time.Time{}, errors.New("not usable")
+			case <-time.After(probeEvery):
+			}
+		}
+	}}
+}
+
+// await waits for every milestone at once, for at most timeout; it
+// returns the time from t0 to each, and why each failed.
+func await(ctx context.Context, t0 time.Time, timeout time.Duration, ms []milestone) ([]time.Duration, []error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	at := make([]time.Duration, len(ms))
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() {
+			t, err := m.wait(ctx)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				errs[i] = fmt.Errorf("%s: %v within %s", m.label, err, timeout)
+			case err != nil:
+				errs[i] = fmt.Errorf("%s: %w", m.label, err)
+			default:
+				at[i] = t.Sub(t0)
+			}
+		})
+	}
+	wg.Wait()
+	return at, errs
+}
+
+// firstByte is a probe that opens path and reads one byte of it.
+func firstByte(path string) func(context.Context) error {
+	return func(context.Context) error { return readFirstByte(path) }
+}
+
+// goVersion is a probe that runs `go version` of the toolchain at goroot
+// with env in dir.
+func goVersion(env []string, dir, goroot string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		out, err := runCmd(ctx, time.Minute, env, dir, filepath.Join(goroot, "bin", "go"), "version")
+		if err == nil && !strings.HasPrefix(out, "go version go") {
+			err = fmt.Errorf("go version printed %q", lastLine(out))
+		}
+		return err
+	}
 }
 
 // readFirstByte opens path and reads one byte of it.

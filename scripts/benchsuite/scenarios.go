@@ -560,108 +560,45 @@ func curlTar(codec string) string {
 
 // extract is scenario 5: one run of every tool, in alternating order.
 func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
-	_, dec := decoder(cb.codec)
-	tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd", "lz4": "", "tar": ""}[cb.codec]
 	tools := inOrder(run, s.extractTools(cb.codec)...)
-	// The trees of this run go to a filesystem of their own (scratchFS),
-	// kept until the run ends: ext4 checks every inode freed in the last
-	// minutes when it allocates one (recently_deleted under ext4_create),
-	// so a run that starts after big trees were deleted pays for it
-	// (tarmount's one-pass extraction of 200k small files: 18 s after a
-	// fresh rm -rf, 8.6 s without one).
-	root := s.work
-	f := cb.d.facts
-	perTree := f.TarBytes + int64(f.Files+f.Dirs)*4096
-	var fsys *scratchFS
-	if !s.c.sharedFS {
-		var err error
-		fsys, err = newScratchFS(ctx, s.work, int64(len(tools)+1)*perTree*5/4+1<<30, int64(len(tools)+1)*int64(f.Entries+100)*5/4+1<<14)
-		if err != nil && run == 1 {
-			warnf("scenario 5 on %s %s: no filesystem of its own (%v): extracting into %s", cb.d.name, cb.codec, err, s.work)
-		}
-	}
-	if fsys != nil {
-		defer fsys.close()
-		root = fsys.dir
-	} else {
-		// Trees are deleted after the run, followed by a wait that
-		// undoes some of it.
-		defer func() {
-			os.RemoveAll(filepath.Join(root, "trash"))
-			exec.Command("sync").Run()
-			time.Sleep(40 * time.Second)
-		}()
-	}
-	parent := filepath.Join(root, "x")
-	dest := filepath.Join(parent, "dest")
-	dl := filepath.Join(parent, "dl")
-	trash := filepath.Join(root, "trash")
-	for i, tool := range tools {
+	ts := s.newTrees(ctx, cb, run, len(tools)+1)
+	defer ts.close()
+	for _, tool := range tools {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		r := s.result(cb, scExtract, tool, run)
 		r.Payload = cb.d.facts.TarBytes
 		var argv []string
-		sh := func(script string) []string {
-			return []string{"bash", "-o", "pipefail", "-c", script, "_", cb.url, dest, dl, s.c.rapidgzip}
-		}
 		base, bn := splitTool(tool)
 		switch base {
 		case toolTMCold:
 			cold := filepath.Join(s.work, "cold-cache")
 			os.RemoveAll(cold)
 			defer os.RemoveAll(cold)
-			argv = []string{s.buildOf(tool).bin, "extract", cb.url, dest, "--cache-dir", cold, "--cache-disk", "0", "--quiet"}
+			argv = []string{s.buildOf(tool).bin, "extract", cb.url, ts.dest, "--cache-dir", cold, "--cache-disk", "0", "--quiet"}
 		case toolTMIndex:
-			argv = []string{s.buildOf(tool).bin, "extract", cb.url, dest, "--cache-dir", cb.tmIdx[bn], "--cache-disk", "0", "--quiet"}
+			argv = []string{s.buildOf(tool).bin, "extract", cb.url, ts.dest, "--cache-dir", cb.tmIdx[bn], "--cache-disk", "0", "--quiet"}
 		case toolTMMat:
-		case curlTar(cb.codec):
-			if cb.codec == "lz4" {
-				argv = sh(`curl -sSf "$1" | lz4 -dc | tar -x -C "$2"`)
-			} else {
-				argv = sh(`curl -sSf "$1" | tar -x ` + tarFlag + ` -C "$2"`)
-			}
-		case toolCurlPigz:
-			argv = sh(`curl -sSf "$1" | pigz -dc | tar -x -C "$2"`)
-		case toolCurlRapid:
-			if s.c.rapidgzip == "" {
+		default:
+			var na string
+			if argv, na = s.peerCmd(cb.codec, tool, cb.url, ts.dest, ts.dl); na != "" {
 				if run == 1 {
-					s.na(cb, scExtract, tool, "rapidgzip is not installed (it comes with ratarmount)")
+					s.na(cb, scExtract, tool, na)
 				}
 				continue
 			}
-			argv = sh(`curl -sSf "$1" | "$4" -d -c | tar -x -C "$2"`)
-		case toolAria:
-			if _, err := exec.LookPath("aria2c"); err != nil {
-				if run == 1 {
-					s.na(cb, scExtract, tool, "aria2c is not installed")
-				}
-				continue
-			}
-			argv = sh(`aria2c -q -x8 -s8 -k1M --allow-overwrite=true --auto-file-renaming=false -d "$3" -o obj "$1" && ` +
-				dec + ` < "$3/obj" | tar -x -C "$2"`)
 		}
 		if (base == toolTMIndex || base == toolTMMat) && cb.tmNote[bn] != "" {
 			s.fail(r, "%s", cb.tmNote[bn])
 			continue
 		}
-		// Untimed: a clean destination, the previous run's writes on
-		// disk and an empty page cache, so that no run pays for the one
-		// before (a full page cache makes file creation several times
-		// slower here: GNU tar -x of the Go tree takes 2 s after a drop,
-		// 7-13 s without).
-		os.MkdirAll(trash, 0o755)
-		os.Rename(parent, filepath.Join(trash, strconv.Itoa(i)))
-		if err := os.MkdirAll(dest, 0o755); err != nil {
+		if err := ts.next(ctx); err != nil {
 			return err
 		}
-		os.MkdirAll(dl, 0o755)
-		exec.CommandContext(ctx, "sync").Run()
-		os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0) // root only; else as it is
 		out, err := timeStep(cb, &r, func() (string, error) {
 			if base == toolTMMat {
-				return "", s.materialize(ctx, cb, s.buildOf(tool), run, dest, &r)
+				return "", s.materialize(ctx, cb, s.buildOf(tool), run, ts.dest, &r)
 			}
 			return runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
 		})
@@ -672,7 +609,7 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 			s.fail(r, "%v: %s", err, lastLine(out))
 			continue
 		}
-		n, err := countFiles(dest)
+		n, err := countFiles(ts.dest)
 		switch {
 		case err != nil:
 			s.fail(r, "count files: %v", err)
@@ -683,8 +620,112 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 			s.record(r)
 		}
 	}
-	os.Rename(parent, filepath.Join(trash, "last"))
 	return nil
+}
+
+// peerCmd returns the command line with which an extracting peer
+// (curl | tar -x and its variants, aria2c then tar -x) writes the tree of
+// url into dest, downloading into dl; or why it cannot run here.
+func (s *suite) peerCmd(codec, tool, url, dest, dl string) (argv []string, na string) {
+	sh := func(script string) []string {
+		return []string{"bash", "-o", "pipefail", "-c", script, "_", url, dest, dl, s.c.rapidgzip}
+	}
+	_, dec := decoder(codec)
+	switch tool {
+	case curlTar(codec):
+		if codec == "lz4" {
+			return sh(`curl -sSf "$1" | lz4 -dc | tar -x -C "$2"`), ""
+		}
+		tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd"}[codec]
+		return sh(`curl -sSf "$1" | tar -x ` + tarFlag + ` -C "$2"`), ""
+	case toolCurlPigz:
+		return sh(`curl -sSf "$1" | pigz -dc | tar -x -C "$2"`), ""
+	case toolCurlRapid:
+		if s.c.rapidgzip == "" {
+			return nil, "rapidgzip is not installed (it comes with ratarmount)"
+		}
+		return sh(`curl -sSf "$1" | "$4" -d -c | tar -x -C "$2"`), ""
+	case toolAria:
+		if _, err := exec.LookPath("aria2c"); err != nil {
+			return nil, "aria2c is not installed"
+		}
+		return sh(`aria2c -q -x8 -s8 -k1M --allow-overwrite=true --auto-file-renaming=false -d "$3" -o obj "$1" && ` +
+			dec + ` < "$3/obj" | tar -x -C "$2"`), ""
+	}
+	return nil, fmt.Sprintf("no extracting peer %q", tool)
+}
+
+// trees are where the tools of one run of scenarios 5 and 10 write their
+// trees: each in turn gets dest (its tree) and dl (its downloads) empty,
+// the previous tool's moved aside, not deleted, until the run ends.
+type trees struct {
+	root, dest, dl string
+	n              int    // trees handed out
+	done           func() // ends the run's use of root
+}
+
+// newTrees gives the trees of one run a filesystem of their own
+// (scratchFS) with room for n trees of the dataset, kept until the run
+// ends: ext4 checks every inode freed in the last minutes when it
+// allocates one (recently_deleted under ext4_create), so a run that
+// starts after big trees were deleted pays for it (tarmount's one-pass
+// extraction of 200k small files: 18 s after a fresh rm -rf, 8.6 s
+// without one). With -shared-fs, or when no such filesystem can be made,
+// the trees go to the work dir and are deleted after the run, followed by
+// a wait that undoes some of it.
+func (s *suite) newTrees(ctx context.Context, cb *combo, run, n int) *trees {
+	f := cb.d.facts
+	perTree := f.TarBytes + int64(f.Files+f.Dirs)*4096
+	t := &trees{root: s.work}
+	if !s.c.sharedFS {
+		fsys, err := newScratchFS(ctx, s.work, int64(n)*perTree*5/4+1<<30, int64(n)*int64(f.Entries+100)*5/4+1<<14)
+		switch {
+		case err == nil:
+			t.root, t.done = fsys.dir, fsys.close
+		case run == 1:
+			warnf("%s %s: no filesystem of its own for the trees (%v): writing them into %s", cb.d.name, cb.codec, err, s.work)
+		}
+	}
+	if t.done == nil {
+		t.done = func() {
+			os.RemoveAll(filepath.Join(s.work, "trash"))
+			exec.Command("sync").Run()
+			time.Sleep(40 * time.Second)
+		}
+	}
+	t.dest = filepath.Join(t.root, "x", "dest")
+	t.dl = filepath.Join(t.root, "x", "dl")
+	return t
+}
+
+// next makes dest and dl empty for the next tool, untimed: the previous
+// tree moved aside, its writes on disk and the page cache empty, so that
+// no tool pays for the one before (a full page cache makes file creation
+// several times slower here: GNU tar -x of the Go tree takes 2 s after a
+// drop, 7-13 s without).
+func (t *trees) next(ctx context.Context) error {
+	t.aside(strconv.Itoa(t.n))
+	t.n++
+	if err := os.MkdirAll(t.dest, 0o755); err != nil {
+		return err
+	}
+	os.MkdirAll(t.dl, 0o755)
+	exec.CommandContext(ctx, "sync").Run()
+	os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0) // root only; else as it is
+	return nil
+}
+
+// aside moves the current tree (dest and dl) to the trash under name.
+func (t *trees) aside(name string) {
+	trash := filepath.Join(t.root, "trash")
+	os.MkdirAll(trash, 0o755)
+	os.Rename(filepath.Dir(t.dest), filepath.Join(trash, name))
+}
+
+// close ends the run: the trees go with their filesystem, or are deleted.
+func (t *trees) close() {
+	t.aside("last")
+	t.done()
 }
 
 // materialize runs `tarmount URL MNT --materialize DEST` with the saved
@@ -731,6 +772,17 @@ func (s *suite) goBuild(ctx context.Context, cb *combo) error {
 	}
 	return nil
 }
+
+// goEnv is the environment of the go command of the toolchain at root,
+// with GOROOT=root and GOCACHE and GOPATH in the work dir.
+func (s *suite) goEnv(root string) []string {
+	return []string{"PATH=" + filepath.Join(root, "bin") + ":" + os.Getenv("PATH"), "HOME=" + s.work,
+		"GOROOT=" + root, "GOCACHE=" + s.goCache(), "GOPATH=" + s.goPath(), "GOTOOLCHAIN=local", "GOENV=off",
+		"GOTELEMETRY=off", "CGO_ENABLED=0", "GOFLAGS=", "LC_ALL=C"}
+}
+
+func (s *suite) goCache() string { return filepath.Join(s.work, "gocache") }
+func (s *suite) goPath() string  { return filepath.Join(s.work, "gopath") }
 
 func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello string) error {
 	rv := s.result(cb, scGoVersion, tool, run)
@@ -793,15 +845,11 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 		failBoth("mount did not answer: %v", err)
 		return nil
 	}
-	gocache := filepath.Join(s.work, "gocache")
-	gopath := filepath.Join(s.work, "gopath")
-	for _, d := range []string{gocache, gopath} {
+	env := s.goEnv(root)
+	for _, d := range []string{s.goCache(), s.goPath()} {
 		os.RemoveAll(d)
 		os.MkdirAll(d, 0o755)
 	}
-	env := []string{"PATH=" + filepath.Join(root, "bin") + ":" + os.Getenv("PATH"), "HOME=" + s.work,
-		"GOROOT=" + root, "GOCACHE=" + gocache, "GOPATH=" + gopath, "GOTOOLCHAIN=local", "GOENV=off",
-		"GOTELEMETRY=off", "CGO_ENABLED=0", "GOFLAGS=", "LC_ALL=C"}
 	gobin := filepath.Join(root, "bin", "go")
 	t0 := time.Now()
 	out, err := runCmd(ctx, s.c.goBuildTimeout, env, hello, gobin, "version")
