@@ -288,10 +288,23 @@ type Facts struct {
 	// first non-empty regular file whose data reaches past that point),
 	// which the progressive mount waits for.
 	Along []Member `json:"along"`
+	// Early are, for 1% and 10% of the tar stream, the last non-empty
+	// regular file whose data ends at or before that point (none when
+	// the first file reaches past it), which the boot scenario reads.
+	Early []Mark `json:"early"`
 }
 
 // alongPercents are where in the tar stream Facts.Along lie.
 var alongPercents = []int64{10, 50, 90}
+
+// earlyPercents are the points of the tar stream of Facts.Early.
+var earlyPercents = []int64{1, 10}
+
+// Mark is a member that lies before a point of the tar stream.
+type Mark struct {
+	Percent int64 `json:"percent"` // the point, in percent of the tar stream
+	Member
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -362,6 +375,16 @@ func scanFacts(r io.Reader, nreads int, seed uint64, spacing int64) (*Facts, err
 			f.Along = append(f.Along, all[i])
 		}
 	}
+	for _, pct := range earlyPercents {
+		at := f.TarBytes * pct / 100
+		i := slices.IndexFunc(all, func(m Member) bool { return m.Offset+m.Size > at })
+		if i < 0 {
+			i = len(all)
+		}
+		if i > 0 {
+			f.Early = append(f.Early, Mark{Percent: pct, Member: all[i-1]})
+		}
+	}
 	return f, nil
 }
 
@@ -409,7 +432,7 @@ func loadFacts(tarPath string, nreads int, seed uint64) (*Facts, error) {
 		ID    string `json:"id"`
 		Facts *Facts `json:"facts"`
 	}
-	id := fmt.Sprintf("v2 %d %d %d %d %d", st.Size(), st.ModTime().UnixNano(), nreads, seed, readSpacing)
+	id := fmt.Sprintf("v3 %d %d %d %d %d", st.Size(), st.ModTime().UnixNano(), nreads, seed, readSpacing)
 	if b, err := os.ReadFile(cache); err == nil {
 		var s stored
 		if json.Unmarshal(b, &s) == nil && s.ID == id && s.Facts != nil {

@@ -116,6 +116,16 @@ func TestSmallFacts(t *testing.T) {
 			t.Errorf("file at %d%%: %s at %d+%d, want it to reach past %d", alongPercents[i], m.Path, m.Offset, m.Size, at)
 		}
 	}
+	// The early files are the last ones that end by the 1% and 10% points.
+	if len(f.Early) != len(earlyPercents) {
+		t.Fatalf("got %d early files, want %d", len(f.Early), len(earlyPercents))
+	}
+	for i, m := range f.Early {
+		at := tarBytes * earlyPercents[i] / 100
+		if m.Percent != earlyPercents[i] || m.Offset+m.Size > at || at-(m.Offset+m.Size) > 8<<10+1024 {
+			t.Errorf("early file %d: %s at %d%%, %d+%d, want the last to end by %d", i, m.Path, m.Percent, m.Offset, m.Size, at)
+		}
+	}
 	// Spaced reads lie that far apart.
 	const spacing = 256 << 10
 	sp, err := scanFacts(bytes.NewReader(tr), 100, 7, spacing)
