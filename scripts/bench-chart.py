@@ -64,7 +64,8 @@ def draw(ax, title, metric, clusters, colors):
     ax.set_title(title, fontsize=9)
     unit = {"seconds": "s (lower is better)", "MB/s": "MB/s (higher is better)",
             "p50 s per read": "p50 s per read (lower is better)",
-            "peak RSS MiB": "MiB (lower is better)"}.get(metric, metric)
+            "peak RSS MiB": "MiB (lower is better)",
+            "MB from the origin": "MB from the origin (lower is better)"}.get(metric, metric)
     ax.set_ylabel(unit, fontsize=8)
     ax.set_xticks(range(len(clusters)))
     ax.set_xticklabels([c[0] for c in clusters], fontsize=7)

@@ -15,13 +15,27 @@
 #   6. go version and go build with GOROOT in a lazy mount, a materialized
 #      mount, ratarmount and a local tree
 #   7. peak RSS of every mount
-# and, when asked for (SCENARIOS=progressive, index-pass):
+# and, when asked for (SCENARIOS=progressive, index-pass, boot):
 #   8. progressive mount: from the start, when the files at 10%, 50% and
 #      90% of the tar stream, `go version` and all of them are usable, and
 #      when the index pass ends: a mount without an index (it serves during
 #      its pass), one with --wait-index, and curl | tar -x
 #   9. index pass to the end: tarmount index URL with an empty cache, and
 #      the CLI decoding the whole object
+#  10. boot: each tool with an empty cache and a fresh filesystem, the
+#      archive on a server of its own shaped like object storage (whatever
+#      PROFILES says), once per dataset and codec: tarmount URL MNT
+#      --materialize DIR with an index published beside the archive
+#      (tarmount index FILE --publish, untimed) and without one, tarmount
+#      extract with it, curl | tar -x, aria2c -x8 -s8 then tar -x; from the
+#      start, when `go version` run from the tree is done (go dataset), when
+#      the tree is fully local, when the last files within the first 1% and
+#      10% of the tar stream are readable and (no index) the index pass
+#      ended, and the bytes the origin sent; the report checks the design's
+#      boot targets with the medians of the run. Not in the default set: it
+#      adds five tools per codec and dataset, about 10 minutes for the go
+#      dataset's five codecs at RUNS=3 and more for small and big, to a
+#      default run of about an hour
 # on the datasets go (this machine's Go toolchain), small (200k files of
 # 1-8 KiB) and big (one 2 GiB text file), as .tar, .tar.gz, .tar.zst,
 # .seekable.tar.zst (tarmount pack) and .tar.lz4, served on 127.0.0.1 shaped
@@ -50,7 +64,7 @@
 #   PROFILES="objstore"     add unshaped for loopback without shaping
 #   SCENARIOS="1 2 3 4 5 6"   by number or name: 1 cold-mount, 2 warm-mount,
 #                           3 cold-read, 4 seq-read, 5 extract, 6 go-build,
-#                           8 progressive, 9 index-pass
+#                           8 progressive, 9 index-pass, 10 boot
 #   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
 #   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)

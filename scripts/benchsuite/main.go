@@ -202,6 +202,7 @@ var scenarioNames = [][2]string{
 	{"6", "go-build"},
 	{"8", "progressive"},
 	{"9", "index-pass"},
+	{"10", "boot"},
 }
 
 func scenarioHelp() string {
@@ -430,8 +431,10 @@ func (s *suite) record(r Result) {
 	b, _ := json.Marshal(r)
 	s.jsonl.Write(append(b, '\n'))
 	tool := r.Tool
-	if what, ok := strings.CutPrefix(r.Scenario, scProgress+": "); ok {
-		tool += " (" + what + ")"
+	for _, sc := range []string{scProgress, scBoot} {
+		if what, ok := strings.CutPrefix(r.Scenario, sc+": "); ok {
+			tool += " (" + what + ")"
+		}
 	}
 	line := fmt.Sprintf("%s: %s", tool, r.Status)
 	switch {
@@ -695,4 +698,5 @@ var standingNotes = []string{
 	"Peak RSS is VmHWM of the mount process (tarmount, or ratarmount's python), read just before it is stopped.",
 	"Scenario 8 (when chosen) times, from the start of each tool, the first byte of the files at 10%, 50% and 90% of the tar stream, `go version` from the tree (go dataset) and all of them, each probe retrying every 20 ms from the start; and when tarmount's log says the index pass ended. tarmount mounts with an empty cache, serving during its pass or (--wait-index) after it; curl | tar -x writes a tree on the work dir's filesystem. The three files are checked whole afterwards.",
 	"Scenario 9 (when chosen) is `tarmount index URL` with an empty cache, from start to exit, against the CLI decoding the whole object as in scenario 1.",
+	"Scenario 10 (when chosen) serves the archive on a server of its own shaped like object storage, beside an index that `tarmount index FILE --publish` made from the local file (untimed), and alone. Each tool starts with an empty cache dir and writes to an empty dir on the round's own ext4 filesystem, after `sync` and a drop of the page cache, as in scenario 5. From process start: a. `GOROOT=R R/bin/go version` done, R the toolchain in the mount (tarmount --materialize) or in the tree written (the others), retried every 20 ms; b. fully local: the marker `.DIR.tarmount` beside DIR says complete (polled every 2 ms), or the command exited; c. what the server sent from start to the end of the last measurement; d, e. the first byte of the last file that ends within the first 1% and 10% of the tar stream, through the mount or in the tree, retried every 20 ms; f. without an index, the log's msg=indexed (the index pass ended: the listing is complete). Checked afterwards: those files whole, the tree's file count, and without an index the mount's. The targets are figures or ratios of medians of the same run.",
 }

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,6 +258,42 @@ func waitLog(ctx context.Context, p *proc, needle string, timeout time.Duration)
 			return time.Time{}, err
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitExit waits for p to exit; it returns when, or why it failed.
+func waitExit(ctx context.Context, p *proc) (time.Time, error) {
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return time.Time{}, fmt.Errorf("%v: %s", p.err, p.lastLine())
+		}
+		return time.Now(), nil
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// waitComplete polls every 2 ms the marker that tarmount writes beside a
+// DIR it materializes (.DIR.tarmount, JSON whose "complete" becomes true,
+// by a rename, once DIR is whole); it returns the time it saw DIR complete.
+func waitComplete(ctx context.Context, p *proc, dir string) (time.Time, error) {
+	marker := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".tarmount")
+	for {
+		var m struct {
+			Complete bool `json:"complete"`
+		}
+		if b, err := os.ReadFile(marker); err == nil && json.Unmarshal(b, &m) == nil && m.Complete {
+			return time.Now(), nil
+		}
+		if p.exited() {
+			return time.Time{}, fmt.Errorf("exited before %s was complete: %s", dir, p.lastLine())
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
 }
 

@@ -194,24 +194,36 @@ func probing(label string, probe func(ctx context.Context) error) milestone {
 	}}
 }
 
+// errGaveUp is the failure of the milestones that await stopped waiting
+// for because another one failed.
+var errGaveUp = errors.New("not waited for after another failed")
+
 // await waits for every milestone at once, for at most timeout; it
-// returns the time from t0 to each, and why each failed.
+// returns the time from t0 to each, and why each failed. Once one fails
+// (the tool exited, say), it waits for no other.
 func await(ctx context.Context, t0 time.Time, timeout time.Duration, ms []milestone) ([]time.Duration, []error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	ctx, giveUp := context.WithCancelCause(ctx)
+	defer giveUp(nil)
 	at := make([]time.Duration, len(ms))
 	errs := make([]error, len(ms))
 	var wg sync.WaitGroup
 	for i, m := range ms {
 		wg.Go(func() {
 			t, err := m.wait(ctx)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				errs[i] = fmt.Errorf("%s: %v within %s", m.label, err, timeout)
-			case err != nil:
-				errs[i] = fmt.Errorf("%s: %w", m.label, err)
-			default:
+			if err == nil {
 				at[i] = t.Sub(t0)
+				return
+			}
+			switch cause := context.Cause(ctx); {
+			case errors.Is(cause, errGaveUp):
+				errs[i] = fmt.Errorf("%s: %w", m.label, errGaveUp)
+			case cause != nil:
+				errs[i] = fmt.Errorf("%s: %v within %s", m.label, err, timeout)
+			default:
+				errs[i] = fmt.Errorf("%s: %w", m.label, err)
+				giveUp(errGaveUp)
 			}
 		})
 	}

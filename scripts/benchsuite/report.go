@@ -29,7 +29,10 @@ type Result struct {
 	P50      float64 `json:"p50,omitempty"` // seconds per read
 	P99      float64 `json:"p99,omitempty"`
 	RSS      int64   `json:"rss,omitempty"` // VmHWM in bytes
-	Note     string  `json:"note,omitempty"`
+	// Least is, for scenario 10's bytes from the origin, the archive's
+	// size plus its published index's: what a run fetches at the least.
+	Least int64  `json:"least_bytes,omitempty"`
+	Note  string `json:"note,omitempty"`
 }
 
 // Statuses of a Result.
@@ -51,9 +54,10 @@ const (
 	scRSS       = "7. peak RSS of the mount"
 	scProgress  = "8. progressive mount, no index"
 	scIndexPass = "9. index pass to the end, no index"
+	scBoot      = "10. boot, empty cache, object storage"
 )
 
-var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass}
+var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass, scBoot}
 
 // percentile returns the p-th percentile (0-100) of xs by linear
 // interpolation between closest ranks; NaN for no values.
@@ -68,6 +72,9 @@ func percentile(xs []float64, p float64) float64 {
 	hi := int(math.Ceil(pos))
 	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
 }
+
+// metricOrigin is the metric of scenario 10's bytes from the origin.
+const metricOrigin = "MB from the origin"
 
 // metric is what a scenario compares: seconds (lower is better) unless
 // the scenario says otherwise.
@@ -93,6 +100,8 @@ func metricOf(scenario string) metric {
 		}}
 	case scRSS:
 		return metric{name: "peak RSS MiB", value: func(r Result) float64 { return float64(r.RSS) / (1 << 20) }}
+	case bootSc(bootBytes):
+		return metric{name: metricOrigin, value: func(r Result) float64 { return float64(r.Fetched) / 1e6 }}
 	}
 	return metric{name: "seconds", value: func(r Result) float64 { return r.Seconds }}
 }
@@ -115,6 +124,7 @@ type Row struct {
 	P50       float64 `json:"p50,omitempty"`
 	P99       float64 `json:"p99,omitempty"`
 	RSS       int64   `json:"rss,omitempty"`
+	Least     int64   `json:"least_bytes,omitempty"`        // scenario 10: the archive's size plus its published index's
 	Ratio     float64 `json:"ratio_to_best_peer,omitempty"` // < 1: better than the best peer
 	VsBase    float64 `json:"ratio_to_baseline,omitempty"`  // < 1: better than the baseline build's row
 	Target    string  `json:"target,omitempty"`
@@ -139,6 +149,7 @@ type Summary struct {
 	Meta     [][2]string `json:"meta"`
 	Notes    []string    `json:"notes"`
 	Groups   []Group     `json:"groups"`
+	Targets  []Check     `json:"targets,omitempty"` // scenario 10's, from the medians of its groups
 }
 
 // isTarmount tells tarmount's rows from the peers'.
@@ -221,6 +232,7 @@ func summarize(results []Result, meta [][2]string, notes []string) Summary {
 		setVsBaseline(&g, s.Baseline)
 		s.Groups = append(s.Groups, g)
 	}
+	s.Targets = bootTargets(s.Groups)
 	return s
 }
 
@@ -260,6 +272,9 @@ func summarizeRow(tool string, rs []Result, m metric) Row {
 		}
 		if r.RSS > 0 {
 			rss = append(rss, r.RSS)
+		}
+		if r.Least > 0 {
+			row.Least = r.Least
 		}
 	}
 	row.Notes = strings.Join(notes, "; ")
@@ -435,6 +450,8 @@ func fmtValue(metric string, v float64) string {
 		return fmt.Sprintf("%.0f MB/s", v)
 	case strings.HasPrefix(metric, "peak RSS"):
 		return fmt.Sprintf("%.0f MiB", v)
+	case metric == metricOrigin:
+		return fmt.Sprintf("%.1f MB", v)
 	}
 	return fmtSeconds(v) + " s"
 }
@@ -477,6 +494,21 @@ func writeMarkdown(w io.Writer, s Summary) error {
 				cells = append(cells, vs)
 			}
 			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s |\n", g.Dataset, g.Codec, g.Profile, mdEscape(r.Tool), strings.Join(cells, " | "))
+		}
+	}
+	if len(s.Targets) > 0 {
+		fmt.Fprintf(bw, "\n## %s: the targets, from the medians of this run\n\n", strings.TrimSuffix(scBoot, ", object storage"))
+		fmt.Fprintln(bw, "| dataset | codec | profile | tool | target | measured | met |")
+		fmt.Fprintln(bw, "|---|---|---|---|---|---:|---|")
+		for _, c := range s.Targets {
+			met := "❌ missed"
+			if c.Met {
+				met = "✅ met"
+			}
+			if c.Value == 0 {
+				met = "❌ no value"
+			}
+			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s | %s |\n", c.Dataset, c.Codec, c.Profile, mdEscape(c.Tool), mdEscape(c.Target), c.Measured, met)
 		}
 	}
 	if len(s.Notes) > 0 {

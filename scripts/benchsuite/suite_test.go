@@ -188,6 +188,20 @@ func TestReport(t *testing.T) {
 	if c := s.Groups[0].Rows[1]; c.TargetMet == nil || *c.TargetMet {
 		t.Errorf("cold tarmount 1.3 s vs decode 1.0 s: target met %v, want false", c.TargetMet)
 	}
+	checkReport(t, s,
+		"| go | gz | objstore | tarmount | 0.04 s |",
+		"n/a: aria2c is not installed",
+		"(1/3 runs failed)",
+		"✅ < 0.1 s",
+		"❌ ≤ 1.2x CLI decode",
+		"- a note",
+	)
+}
+
+// checkReport renders s as JSON and markdown, and checks that the
+// markdown holds every one of wants.
+func checkReport(t *testing.T, s Summary, wants ...string) {
+	t.Helper()
 	if _, err := json.Marshal(jsonSafe(s)); err != nil {
 		t.Errorf("summary JSON: %v", err)
 	}
@@ -195,14 +209,7 @@ func TestReport(t *testing.T) {
 	if err := writeMarkdown(&md, s); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
-		"| go | gz | objstore | tarmount | 0.04 s |",
-		"n/a: aria2c is not installed",
-		"(1/3 runs failed)",
-		"✅ < 0.1 s",
-		"❌ ≤ 1.2x CLI decode",
-		"- a note",
-	} {
+	for _, want := range wants {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
@@ -257,5 +264,94 @@ func TestScratchFS(t *testing.T) {
 	}
 	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), f.img) {
 		t.Errorf("loop device %s still attached: %s", loop, out)
+	}
+}
+
+func TestBootTargets(t *testing.T) {
+	mk := func(what, tool string, run int, secs float64) Result {
+		return Result{Scenario: bootSc(what), Dataset: "go", Codec: "gz", Profile: bootProfile, Tool: tool, Run: run,
+			Status: statusOK, Seconds: secs, Fetched: -1, Requests: -1}
+	}
+	origin := func(tool string, run int, fetched int64) Result {
+		r := mk(bootBytes, tool, run, 2)
+		r.Fetched, r.Requests, r.Least = fetched, 10, 100
+		return r
+	}
+	file10 := bootFile(10)
+	idx, bare, ext := toolBootIndexed+" [new]", toolBootBare+" [new]", toolBootExtract+" [new]"
+	var rs []Result
+	for run := 1; run <= 3; run++ {
+		rs = append(rs,
+			mk(bootGoVersion, idx, run, []float64{0.2, 0.25, 0.4}[run-1]),
+			mk(bootLocal, idx, run, 1.2), mk(bootLocal, ext, run, 1.0), mk(bootLocal, curlTar("gz"), run, 2),
+			origin(idx, run, []int64{101, 150, 100}[run-1]),
+			mk(file10, bare, run, 0.5), mk(bootListing, bare, run, 4),
+			// The old build's mount never answered.
+			Result{Scenario: bootSc(bootGoVersion), Dataset: "go", Codec: "gz", Profile: bootProfile,
+				Tool: toolBootIndexed + " [old]", Run: run, Status: statusFail, Note: "boom"},
+		)
+	}
+	s := summarize(rs, nil, nil)
+	type want struct {
+		tool, measured string
+		value          float64
+		met            bool
+	}
+	old := toolBootIndexed + " [old]"
+	wants := []want{
+		{idx, "0.25 s", 0.25, true},
+		{idx, "1.20x (1.20 s / 1.00 s)", 1.2, false},
+		{idx, "1.010x (101 B / 100 B)", 1.01, true},
+		{bare, "0.12 (0.5 s / 4.00 s)", 0.125, true},
+		// A build without values fails every check.
+		{old, "–", 0, false},
+		{old, "–", 0, false},
+		{old, "–", 0, false},
+		{toolBootBare + " [old]", "–", 0, false},
+	}
+	if len(s.Targets) != len(wants) {
+		t.Fatalf("got %d checks %+v, want %d", len(s.Targets), s.Targets, len(wants))
+	}
+	for i, w := range wants {
+		c := s.Targets[i]
+		if c.Tool != w.tool || c.Measured != w.measured || math.Abs(c.Value-w.value) > 1e-9 || c.Met != w.met {
+			t.Errorf("check %d (%s): got %s %q %v met %v, want %s %q %v met %v", i, c.Target, c.Tool, c.Measured, c.Value, c.Met,
+				w.tool, w.measured, w.value, w.met)
+		}
+	}
+	// The rows carry their targets.
+	for _, g := range s.Groups {
+		for _, r := range g.Rows {
+			marked := r.TargetMet != nil
+			wantMarked := r.Tool == idx || (r.Tool == bare && g.Scenario == bootSc(file10))
+			if marked != wantMarked {
+				t.Errorf("%s, %s: target %q, want one: %v", g.Scenario, r.Tool, r.Target, wantMarked)
+			}
+		}
+	}
+	checkReport(t, s,
+		"| go | gz | objstore | tarmount --materialize (published index) [new] | 0.25 s | 0.2 s–0.4 s |",
+		"✅ ≤ 0.3 s",
+		"❌ ≤ 1.1x extract with the index (1.10 s)",
+		"✅ ≤ 1.02x archive + index (102 B)",
+		"✅ ≤ 0.25 of the complete listing (1.00 s)",
+		"the targets, from the medians of this run",
+		"| go | gz | objstore | tarmount --materialize (published index) [new] | bytes from the origin with a published index ≤ 1.02x archive + index | 1.010x (101 B / 100 B) | ✅ met |",
+		"| go | gz | objstore | tarmount --materialize (published index) [old] | go version done with a published index ≤ 0.3 s | – | ❌ no value |",
+	)
+}
+
+func TestBootNames(t *testing.T) {
+	if got, want := bootFile(1), "d. first byte of the last file within 1%"; got != want {
+		t.Errorf("bootFile(1) = %q, want %q", got, want)
+	}
+	if got, want := bootFile(10), "e. first byte of the last file within 10%"; got != want {
+		t.Errorf("bootFile(10) = %q, want %q", got, want)
+	}
+	for _, name := range []string{"10", "boot"} {
+		m, err := parseScenarios([]string{name})
+		if err != nil || len(m) != 1 || !m["10"] {
+			t.Errorf("parseScenarios(%s) = %v, %v; want scenario 10", name, m, err)
+		}
 	}
 }
