@@ -297,6 +297,19 @@ func waitComplete(ctx context.Context, p *proc, dir string) (time.Time, error) {
 	}
 }
 
+// viaShell returns argv run by sh, which execs it. A program that lies in
+// a mount must never be started straight from this process: the mount
+// reads it from the origin server that this process runs, but Go starts
+// a program with vfork, and the thread that waits in vfork until the
+// program is loaded holds up the garbage collector's stop-the-world, and
+// with it the whole process, server included. The load then waits until
+// the mount's read gives up (--read-timeout, 2 minutes by default) and
+// fails with EIO. sh lies on local disk: its own exec of argv may wait
+// for the mount without stopping this process.
+func viaShell(argv ...string) []string {
+	return append([]string{"/bin/sh", "-c", `exec "$0" "$@"`}, argv...)
+}
+
 // runCmd runs argv to completion in its own process group, killed with
 // its group when ctx is done or the timeout passes; it returns the
 // combined output (the last 4 KiB) and the error.

@@ -240,7 +240,7 @@ func firstByte(path string) func(context.Context) error {
 // with env in dir.
 func goVersion(env []string, dir, goroot string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		out, err := runCmd(ctx, time.Minute, env, dir, filepath.Join(goroot, "bin", "go"), "version")
+		out, err := runCmd(ctx, time.Minute, env, dir, viaShell(filepath.Join(goroot, "bin", "go"), "version")...)
 		if err == nil && !strings.HasPrefix(out, "go version go") {
 			err = fmt.Errorf("go version printed %q", lastLine(out))
 		}

@@ -862,7 +862,7 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 	}
 	gobin := filepath.Join(root, "bin", "go")
 	t0 := time.Now()
-	out, err := runCmd(ctx, s.c.goBuildTimeout, env, hello, gobin, "version")
+	out, err := runCmd(ctx, s.c.goBuildTimeout, env, hello, viaShell(gobin, "version")...)
 	rv.Seconds = time.Since(t0).Seconds()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -876,7 +876,7 @@ func (s *suite) goBuildOne(ctx context.Context, cb *combo, run int, tool, hello 
 	bin := filepath.Join(s.work, "hello.out")
 	os.Remove(bin)
 	t0 = time.Now()
-	out, err = runCmd(ctx, s.c.goBuildTimeout, env, hello, gobin, "build", "-o", bin, ".")
+	out, err = runCmd(ctx, s.c.goBuildTimeout, env, hello, viaShell(gobin, "build", "-o", bin, ".")...)
 	rb.Seconds = time.Since(t0).Seconds()
 	if ctx.Err() != nil {
 		return ctx.Err()
