@@ -448,7 +448,7 @@ func bootTargets(groups []Group) []Check {
 			v, w := median(r), median(ref)
 			check(r, toolBootIndexed, fmt.Sprintf("fully local with a published index ≤ %gx tarmount extract with it", bootLocalMax),
 				fmt.Sprintf("≤ %gx extract with the index (%s s)", bootLocalMax, fmtSeconds(bootLocalMax*w)),
-				v/w, bootLocalMax, fmt.Sprintf("%.2fx (%s s / %s s)", v/w, fmtSeconds(v), fmtSeconds(w)))
+				v/w, bootLocalMax, fmt.Sprintf("%.3fx (%s s / %s s)", v/w, fmtSeconds(v), fmtSeconds(w)))
 			r = row(bootBytes, toolBootIndexed, b)
 			least, fetched := math.NaN(), math.NaN()
 			if r != nil && r.Least > 0 && r.Fetched >= 0 {
@@ -464,7 +464,7 @@ func bootTargets(groups []Group) []Check {
 				check(r, toolBootBare, fmt.Sprintf("without an index, the file within the first %d%% readable ≤ 1/4 of the time to a complete listing",
 					earlyPercents[len(earlyPercents)-1]),
 					fmt.Sprintf("≤ %g of the complete listing (%s s)", bootEarlyMax, fmtSeconds(bootEarlyMax*w)),
-					v/w, bootEarlyMax, fmt.Sprintf("%.2f (%s s / %s s)", v/w, fmtSeconds(v), fmtSeconds(w)))
+					v/w, bootEarlyMax, fmt.Sprintf("%.3f (%s s / %s s)", v/w, fmtSeconds(v), fmtSeconds(w)))
 			}
 		}
 	}

@@ -300,9 +300,9 @@ func TestBootTargets(t *testing.T) {
 	old := toolBootIndexed + " [old]"
 	wants := []want{
 		{idx, "0.25 s", 0.25, true},
-		{idx, "1.20x (1.20 s / 1.00 s)", 1.2, false},
+		{idx, "1.200x (1.20 s / 1.00 s)", 1.2, false},
 		{idx, "1.010x (101 B / 100 B)", 1.01, true},
-		{bare, "0.12 (0.5 s / 4.00 s)", 0.125, true},
+		{bare, "0.125 (0.5 s / 4.00 s)", 0.125, true},
 		// A build without values fails every check.
 		{old, "–", 0, false},
 		{old, "–", 0, false},
