@@ -32,10 +32,9 @@
 #      the tree is fully local, when the last files within the first 1% and
 #      10% of the tar stream are readable and (no index) the index pass
 #      ended, and the bytes the origin sent; the report checks the design's
-#      boot targets with the medians of the run. Not in the default set: it
-#      adds five tools per codec and dataset, about 10 minutes for the go
-#      dataset's five codecs at RUNS=3 and more for small and big, to a
-#      default run of about an hour
+#      boot targets with the medians of the run. Not in the default set: at
+#      RUNS=3 it adds about 3 minutes for the go dataset's five codecs, 6
+#      for small and more for big to a default run of about an hour
 # on the datasets go (this machine's Go toolchain), small (200k files of
 # 1-8 KiB) and big (one 2 GiB text file), as .tar, .tar.gz, .tar.zst,
 # .seekable.tar.zst (tarmount pack) and .tar.lz4, served on 127.0.0.1 shaped
