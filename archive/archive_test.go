@@ -236,6 +236,33 @@ func TestExtractPacked(t *testing.T) {
 // archive while the server goes away for a while: the job fails, is
 // opened again after fetch's backoff, resumes from its journal and
 // completes, and the tree is served and written exactly.
+// startMaterializing indexes the archive at url and saves its index, then
+// opens it again with a materialization into a new directory (not run
+// yet) and starts it; the cleanup closes it.
+func startMaterializing(t *testing.T, url string, opts Options) (*Archive, *Materializer, string) {
+	t.Helper()
+	ctx := context.Background()
+	if a, err := OpenIndexed(ctx, url, opts); err != nil {
+		t.Fatal(err)
+	} else {
+		a.Close() // the index is saved
+	}
+	a, err := Open(ctx, url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	dir := filepath.Join(t.TempDir(), "mat")
+	m, err := a.Materialize(dir, MaterializeOptions{Decoders: 1, Writers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	return a, m, dir
+}
+
 func TestMaterializeResumes(t *testing.T) {
 	ctx := context.Background()
 	served := t.TempDir()
@@ -248,24 +275,7 @@ func TestMaterializeResumes(t *testing.T) {
 	opts := testOptions(t, logBuf)
 	opts.Retries, opts.ReadTimeout = 0, 2*time.Second
 	url := srv.url + "/a.tar.gz"
-	if a, err := OpenIndexed(ctx, url, opts); err != nil {
-		t.Fatal(err)
-	} else {
-		a.Close() // the index is saved
-	}
-	a, err := Open(ctx, url, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	dir := filepath.Join(t.TempDir(), "mat")
-	m, err := a.Materialize(dir, MaterializeOptions{Decoders: 1, Writers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	a, m, dir := startMaterializing(t, url, opts)
 	if a.IndexFrom() != FromCache {
 		t.Fatalf("got an index from %q, want the saved one", a.IndexFrom())
 	}
@@ -496,5 +506,50 @@ func TestStatusDuringBuild(t *testing.T) {
 	}
 	if p := a.Status().Index.Pass; p == nil || p.Running || p.Percent != 100 || seen == 0 {
 		t.Errorf("got the pass %+v after Build (seen running %d times), want it ended at 100%%", p, seen)
+	}
+}
+
+// TestMaterializeSharesMountSpans: spans that a read through the mount
+// decoded are not fetched or decoded again by the materialization.
+func TestMaterializeSharesMountSpans(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	tree := testTree(40)
+	obj := tarGz(t, tree)
+	if err := os.WriteFile(filepath.Join(served, "a.tar.gz"), obj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := newFlakyServer(t, served).url + "/a.tar.gz"
+	opts := testOptions(t, nil)
+	opts.CacheDisk = 0 // every byte comes from the server
+	a, m, dir := startMaterializing(t, url, opts)
+	// Files read through the mount before the materialization starts,
+	// as a service does at boot.
+	tr := a.Tree()
+	for _, name := range []string{"d0/f000.txt", "d2/f017.txt", "d4/f039.txt"} {
+		id, err := a.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(tree[name]))
+		if n, err := tr.ReadAt(ctx, id, got, 0); (err != nil && err != io.EOF) || !bytes.Equal(got[:n], tree[name]) {
+			t.Fatalf("%s through the tree: got %d bytes (err %v), want its %d", name, n, err, len(tree[name]))
+		}
+	}
+	mount := a.Status().Fetch.Bytes
+	m.Run()
+	select {
+	case <-m.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the materialization did not end")
+	}
+	if complete, stopped := m.State(); !complete {
+		t.Fatalf("got a job stopped with %q, want it complete", stopped)
+	}
+	checkTree(t, dir, tree)
+	job, _ := m.Fetched()
+	size := int64(len(obj))
+	if mount == 0 || job+mount > size+size/100 {
+		t.Errorf("fetched %d bytes for the mount and %d for the materialization, want about the archive's %d in all", mount, job, size)
 	}
 }

@@ -182,6 +182,9 @@ func (m *Materializer) run() error {
 	reader := index.NewReader(a.ix, m.src, ropts)
 	m.reader.Store(reader)
 	spans := materialize.IndexSpans(reader, m.src)
+	if mount := a.reader; mount != nil && spans != nil && reader.HasSpans() {
+		spans = sharedSpans{spans, reader, mount}
+	}
 	if spans == nil && !m.staged() && !m.job.Load().Complete() {
 		log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", m.dir)
 		return errNoSpans
@@ -266,4 +269,21 @@ func (m *Materializer) stop() {
 	if r := m.reader.Load(); r != nil {
 		r.Close()
 	}
+}
+
+// sharedSpans reads the spans of a materialization, but takes those that
+// the mount's reader has decoded, or is decoding, for a read through the
+// mount (a file opened at boot, its readahead) from there: a span both
+// need is fetched and decoded once.
+type sharedSpans struct {
+	materialize.Spans
+	own, mount *index.Reader
+}
+
+func (s sharedSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) ([]byte, []byte, error) {
+	if data, ok := s.mount.CachedSpan(ctx, i, buf); ok {
+		start, _ := s.own.SpanBounds(i)
+		return data[from-int64(start) : to-int64(start)], data, nil
+	}
+	return s.Spans.Read(ctx, i, from, to, buf)
 }

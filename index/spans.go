@@ -78,3 +78,34 @@ func (r *Reader) SpanBounds(i int) (start, end UncompressedOffset) { return r.ix
 // SpanStoredBytes returns the compressed bytes of span i, as
 // Index.SpanStoredBytes.
 func (r *Reader) SpanStoredBytes(i int) int64 { return r.ix.SpanStoredBytes(i) }
+
+// CachedSpan copies span i into buf (or a new slice, when buf is too
+// small) if r's span cache holds it, or once the decode that a read
+// through r started for it ends; it starts no fetch or decode, and reports
+// false when r has nothing of span i (or that decode failed). A
+// whole-archive reader with a Reader of its own asks the Reader that
+// serves random reads first, so that a span both need is fetched and
+// decoded once. It is safe for concurrent use.
+func (r *Reader) CachedSpan(ctx context.Context, i int, buf []byte) ([]byte, bool) {
+	if !r.HasSpans() || i < 0 || i >= len(r.ix.Checkpoints) {
+		return nil, false
+	}
+	r.mu.Lock()
+	c, ok := r.spans[i]
+	if !ok {
+		r.mu.Unlock()
+		return nil, false
+	}
+	c.refs++
+	r.mu.Unlock()
+	defer r.release(c)
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return nil, false
+	}
+	if c.err != nil {
+		return nil, false
+	}
+	return append(buf[:0], c.data...), true
+}
