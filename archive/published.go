@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"runtime/debug"
 
 	"github.com/tarmount/tarmount/fetch"
@@ -74,26 +73,10 @@ func (o *Options) fetchIndex(ctx context.Context, url string) *remoteIndex {
 	return r
 }
 
-// readObject reads the whole object at url, of at most maxIndexBytes.
+// readObject reads the whole object at url, of at most maxIndexBytes:
+// with one request, over HTTP(S).
 func (o *Options) readObject(ctx context.Context, url string) ([]byte, error) {
-	src, err := o.openSource(ctx, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
-	size := src.Identity().Size
-	if size > maxIndexBytes {
-		return nil, fmt.Errorf("%s: %d bytes, more than an index may be (%d)", src, size, maxIndexBytes)
-	}
-	data := make([]byte, size)
-	n, err := src.ReadAt(ctx, data, 0)
-	if err == io.EOF && n == len(data) {
-		err = nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", src, err)
-	}
-	return data, nil
+	return fetch.ReadAll(ctx, url, maxIndexBytes, o.fetchOptions(nil), o.retryOptions())
 }
 
 // load waits for the fetch and decodes the index, with the garbage
