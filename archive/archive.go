@@ -86,9 +86,13 @@ func (s *countingSource) Local() bool { return fetch.IsLocal(s.Source) }
 // Open opens the archive at url (http(s)://, s3://, file:// or a path)
 // and finds its index: Options.IndexFile, a path or a URL (refused when
 // it was built for another version of the archive), else the saved one in
-// the cache directory, else the one embedded in the archive, else the one
-// published beside it (published.go). Without one, Index is nil: Build or
-// StartPass makes it.
+// the cache directory, else the one embedded in the archive or the one
+// published beside it (published.go): both describe the same bytes, and
+// the published one is taken first when it was asked for with the open
+// (no saved index), which spares the round trip of looking for an
+// embedded one. That round trip is spared too when the archive's first
+// byte, which the open learned, says it cannot hold one. Without an
+// index, Index is nil: Build or StartPass makes it.
 func Open(ctx context.Context, url string, opts Options) (*Archive, error) {
 	return open(ctx, url, opts, true)
 }
@@ -191,7 +195,13 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 			log.Warn("saved index unusable, rebuilding", "path", a.saved, "err", err)
 		}
 	}
-	if a.ix == nil {
+	if a.ix == nil && *side != nil {
+		// Asked for with the open: at hand now. An index published
+		// for these bytes is as good as one embedded in them, and
+		// saves the round trip that looking for that one costs.
+		a.useSidecar(*side, id)
+	}
+	if a.ix == nil && mayEmbed(a.base) {
 		// A packed archive carries its index: no pass at all.
 		ix, err := index.LoadEmbedded(ctx, a.probe, id)
 		switch {
@@ -205,13 +215,9 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 			log.Warn("embedded index unusable, indexing", "src", a.base.String(), "err", err)
 		}
 	}
-	if a.ix == nil && opts.IndexFile == "" && !opts.Rebuild && !opts.NoSidecar {
-		if *side == nil {
-			if u, err := fetch.Beside(a.url, SidecarSuffix); err == nil {
-				*side = opts.fetchIndex(ctx, u)
-			}
-		}
-		if *side != nil {
+	if a.ix == nil && *side == nil && opts.IndexFile == "" && !opts.Rebuild && !opts.NoSidecar {
+		if u, err := fetch.Beside(a.url, SidecarSuffix); err == nil {
+			*side = opts.fetchIndex(ctx, u)
 			a.useSidecar(*side, id)
 		}
 	}
@@ -355,4 +361,16 @@ func (a *Archive) openReader() {
 		}
 	}
 	a.reader = index.NewReader(a.ix, a.blocks, ropts)
+}
+
+// mayEmbed reports whether src may hold an embedded index (Pack): not
+// when the first byte that its open learned rules it out (only a zstd
+// stream can), which spares reading its end.
+func mayEmbed(src fetch.Source) bool {
+	if fb, ok := src.(fetch.FirstByter); ok {
+		if b, ok := fb.FirstByte(); ok {
+			return index.MayEmbed(b)
+		}
+	}
+	return true
 }

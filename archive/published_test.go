@@ -1,9 +1,11 @@
 package archive
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/internal/testutil/s3server"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // publishLocal builds the index of the archive at path (a local file) and
@@ -240,5 +243,78 @@ func TestPublishS3(t *testing.T) {
 	defer h.Close()
 	if _, err := h.Publish(ctx); !errors.Is(err, fetch.ErrNotWritable) {
 		t.Errorf("publish over http: got %v, want fetch.ErrNotWritable", err)
+	}
+}
+
+// TestOpenRoundTrips: opening an archive without any index costs the
+// identity probe and the published index's GET, sent together; the
+// archive's end is read for an embedded index only when its first byte
+// says it may hold one (a zstd stream), and a published index found
+// with the open is used without reading it at all.
+func TestOpenRoundTrips(t *testing.T) {
+	// Random bytes: every archive is larger than the end that the
+	// search for an embedded index reads.
+	body := make([]byte, 300_000)
+	rng := rand.NewChaCha8([32]byte{3, 4})
+	rng.Read(body)
+	raw := tarbuild.Go(t, tar.FormatPAX, tarbuild.Entry{Name: "a.bin", Body: body})
+	for _, c := range []struct {
+		name     string
+		obj      []byte
+		publish  bool
+		wantTail bool // the end of the archive is read
+	}{
+		{"gzip", tarbuild.Gzip(raw), false, false},
+		{"plain tar", raw, false, false},
+		{"zstd", tarbuild.ZstdStream(raw), false, true},
+		{"zstd, published index", tarbuild.ZstdStream(raw), true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			served := t.TempDir()
+			path := filepath.Join(served, "a.tar")
+			if err := os.WriteFile(path, c.obj, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if c.publish {
+				a, err := OpenIndexed(ctx, path, testOptions(t, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a.Publish(ctx); err != nil {
+					t.Fatal(err)
+				}
+				a.Close()
+			}
+			files := http.FileServer(http.Dir(served))
+			var mu sync.Mutex
+			var ranges []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/a.tar" {
+					mu.Lock()
+					ranges = append(ranges, r.Header.Get("Range"))
+					mu.Unlock()
+				}
+				files.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			a, err := Open(ctx, srv.URL+"/a.tar", testOptions(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			tail := false
+			for _, r := range ranges[1:] { // after the identity probe
+				tail = tail || !strings.HasPrefix(r, "bytes=0-")
+			}
+			if ranges[0] != "bytes=0-0" || tail != c.wantTail {
+				t.Errorf("got requests for %q while opening, want the probe and %s", ranges, map[bool]string{true: "the end", false: "nothing more"}[c.wantTail])
+			}
+			if got, want := a.IndexFrom(), map[bool]string{true: FromSidecar, false: Building}[c.publish]; got != want {
+				t.Errorf("got an index from %q, want %q", got, want)
+			}
+		})
 	}
 }

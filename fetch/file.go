@@ -122,3 +122,10 @@ func (s *fileSource) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.f.Close() })
 	return s.closeErr
 }
+
+// FirstByte reads the file's first byte (FirstByter).
+func (s *fileSource) FirstByte() (byte, bool) {
+	var b [1]byte
+	n, _ := s.f.ReadAt(b[:], 0)
+	return b[0], n == 1
+}

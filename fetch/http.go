@@ -37,6 +37,8 @@ type httpSource struct {
 	copies             *DiskCache // Options.Copies
 	copyPath           string     // set by probe when the server ignores ranges
 	ownClient          bool       // client was made for this source: Close closes its connections
+	first              byte       // the object's first byte, if haveFirst (the probe's reply)
+	haveFirst          bool
 }
 
 var _ Source = (*httpSource)(nil)
@@ -99,6 +101,12 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 		}
 		if cr.size >= 0 {
 			id.Size = cr.size
+			var b [1]byte
+			if cr.last == 0 {
+				if _, err := io.ReadFull(resp.Body, b[:]); err == nil {
+					s.first, s.haveFirst = b[0], true
+				}
+			}
 			return id, nil
 		}
 	case http.StatusOK:
@@ -258,6 +266,9 @@ func (s *httpSource) newRequest(ctx context.Context, method string) (*http.Reque
 }
 
 func (s *httpSource) Identity() Identity { return s.id }
+
+// FirstByte returns the object's first byte, which the probe fetched.
+func (s *httpSource) FirstByte() (byte, bool) { return s.first, s.haveFirst }
 
 func (s *httpSource) String() string { return s.name }
 

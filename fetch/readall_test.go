@@ -76,3 +76,30 @@ func TestReadAll(t *testing.T) {
 
 // errAny stands for any error in a table.
 var errAny = errors.New("any error")
+
+// TestFirstByte: an HTTP source knows the object's first byte from its
+// identity probe, a file reads it, and the retrying wrapper passes it on.
+func TestFirstByte(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "a", time.Time{}, bytes.NewReader([]byte("xyz")))
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "a")
+	if err := os.WriteFile(file, []byte("xyz"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{srv.URL + "/a", file} {
+		src, err := OpenWithRetry(context.Background(), url, Options{}, RetryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb, ok := src.(FirstByter)
+		if !ok {
+			t.Fatalf("%s: the source is no FirstByter", url)
+		}
+		if b, ok := fb.FirstByte(); !ok || b != 'x' {
+			t.Errorf("%s: got first byte %q (%v), want 'x'", url, b, ok)
+		}
+		src.Close()
+	}
+}

@@ -240,6 +240,14 @@ func (s *retrySource) String() string     { return s.src.String() }
 func (s *retrySource) Close() error       { return s.src.Close() }
 func (s *retrySource) Local() bool        { return IsLocal(s.src) }
 
+// FirstByte is the wrapped source's (FirstByter).
+func (s *retrySource) FirstByte() (byte, bool) {
+	if fb, ok := s.src.(FirstByter); ok {
+		return fb.FirstByte()
+	}
+	return 0, false
+}
+
 // ReadAt reads like src.ReadAt, retrying as WithRetry describes.
 //
 //	off                     off+done                       off+len(p)

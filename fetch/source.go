@@ -237,6 +237,14 @@ type Options struct {
 	Copies *DiskCache
 }
 
+// FirstByter is a Source that knows the object's first byte without a
+// request: what its open fetched (HTTP), or a local read. ok is false
+// when it does not (S3, whose open is a HEAD). It lets a caller sniff
+// what the object cannot be before asking for more of it.
+type FirstByter interface {
+	FirstByte() (b byte, ok bool)
+}
+
 // Open parses rawURL, fetches the object's identity with one request and
 // returns a Source pinned to it.
 //

@@ -185,6 +185,14 @@ func (f *frameWriter) flush() error {
 	return nil
 }
 
+// MayEmbed reports whether an archive whose first byte is first may hold
+// an index embedded by Pack: a zstd stream, which starts with a zstd
+// frame or a skippable one. For any other LoadEmbedded would only find
+// none.
+func MayEmbed(first byte) bool {
+	return first == magicZstd[0] || first&0xF0 == 0x50
+}
+
 // LoadEmbedded reads the index that Pack embedded in the archive behind
 // src, whose identity is id, from the seek table at its end: one range
 // request for the tail, one more when the index does not fit in it. It
