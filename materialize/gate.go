@@ -13,17 +13,31 @@ import (
 // goes on, so a foreground read waits behind at most the spans in flight
 // (Options.Decoders), never behind a queue of them. Under foreground reads
 // that never stop, the materializer still starts one span per MaxWait and
-// decoder, so that it is slowed, never starved. The zero value is ready to
-// use; a nil *Gate never waits. It is safe for concurrent use.
+// decoder, so that it is slowed, never starved. A reader seldom reads
+// alone: a program being started faults in pages of its binary one read
+// after another, with readahead decoding for it in between, so the gate
+// stays shut for Linger after the last foreground read ends. The zero
+// value is ready to use; a nil *Gate never waits. It is safe for
+// concurrent use.
 type Gate struct {
 	// MaxWait bounds one Wait: DefaultGateMaxWait when zero, no bound
 	// when negative. Set before first use.
 	MaxWait time.Duration
+	// Linger is how long the gate stays shut after the last foreground
+	// read: DefaultGateLinger when zero, none when negative. Set before
+	// first use.
+	Linger time.Duration
 
 	mu      sync.Mutex
 	active  int           // foreground reads running
 	resumed chan struct{} // closed when active drops to 0; nil while 0
+	last    time.Time     // when active last dropped to 0
 }
+
+// DefaultGateLinger is the default Gate.Linger: a cold read of a span
+// over object storage takes some tens of milliseconds, and so does the
+// gap between the page faults of a program starting from the mount.
+const DefaultGateLinger = 20 * time.Millisecond
 
 // DefaultGateMaxWait is the default Gate.MaxWait: a span of 4 MiB decodes
 // in about 15 ms, so busy foreground reads leave the materializer about a
@@ -50,6 +64,7 @@ func (g *Gate) Enter() (release func()) {
 			if g.active == 0 {
 				close(g.resumed)
 				g.resumed = nil
+				g.last = time.Now()
 			}
 			g.mu.Unlock()
 		})
@@ -68,15 +83,27 @@ func (g *Gate) Wait(ctx context.Context) error {
 		defer t.Stop()
 		limit = t.C
 	}
+	linger := g.Linger
+	if linger == 0 {
+		linger = DefaultGateLinger
+	}
 	for {
 		g.mu.Lock()
-		ch := g.resumed
+		ch, last := g.resumed, g.last
 		g.mu.Unlock()
-		if ch == nil {
+		quiet := time.Since(last)
+		var after <-chan time.Time
+		switch {
+		case ch == nil && (linger <= 0 || last.IsZero() || quiet >= linger):
 			return ctx.Err()
+		case ch == nil:
+			t := time.NewTimer(linger - quiet)
+			defer t.Stop()
+			after = t.C
 		}
 		select {
 		case <-ch:
+		case <-after:
 		case <-limit:
 			return ctx.Err()
 		case <-ctx.Done():

@@ -14,7 +14,7 @@ func waitDone(g *Gate) <-chan error {
 }
 
 // TestGate: Wait holds background work while a foreground read runs and
-// lets it go when the last one ends, or once MaxWait has passed under
+// lets it go Linger after the last one ends, or once MaxWait has passed under
 // foreground reads that never stop, or when its ctx ends.
 func TestGate(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
@@ -63,6 +63,31 @@ func TestGate(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("Wait still waiting 10 s under a foreground read, with MaxWait 50 ms")
+		}
+	})
+	t.Run("linger", func(t *testing.T) {
+		g := Gate{MaxWait: -1, Linger: 200 * time.Millisecond}
+		g.Enter()()
+		start := time.Now()
+		select {
+		case err := <-waitDone(&g):
+			if err != nil {
+				t.Fatalf("Wait: got %v, want nil", err)
+			}
+			if d := time.Since(start); d < g.Linger/2 {
+				t.Fatalf("Wait returned %v after the last foreground read, want about Linger %v", d, g.Linger)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait still waiting 10 s after the last foreground read, with Linger 200 ms")
+		}
+		// Long after: at once.
+		g = Gate{MaxWait: -1, Linger: time.Millisecond}
+		g.Enter()()
+		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-waitDone(&g):
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait still waiting long after Linger")
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
