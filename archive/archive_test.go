@@ -509,47 +509,76 @@ func TestStatusDuringBuild(t *testing.T) {
 	}
 }
 
-// TestMaterializeSharesMountSpans: spans that a read through the mount
-// decoded are not fetched or decoded again by the materialization.
+// TestMaterializeSharesMountSpans: spans (gzip) or blocks (plain tar)
+// that reads through the mount fetched are not fetched again by the
+// materialization.
 func TestMaterializeSharesMountSpans(t *testing.T) {
-	ctx := context.Background()
-	served := t.TempDir()
 	tree := testTree(40)
-	obj := tarGz(t, tree)
-	if err := os.WriteFile(filepath.Join(served, "a.tar.gz"), obj, 0o644); err != nil {
-		t.Fatal(err)
+	big := make([]byte, 12<<20)
+	rng := rand.NewChaCha8([32]byte{5, 6})
+	rng.Read(big)
+	bigTree := map[string][]byte{"big.bin": big, "d0/small.txt": tree["d0/f000.txt"]}
+	var plain []tarbuild.Entry
+	for name, data := range bigTree {
+		plain = append(plain, tarbuild.Entry{Name: name, Body: data})
 	}
-	url := newFlakyServer(t, served).url + "/a.tar.gz"
-	opts := testOptions(t, nil)
-	opts.CacheDisk = 0 // every byte comes from the server
-	a, m, dir := startMaterializing(t, url, opts)
-	// Files read through the mount before the materialization starts,
-	// as a service does at boot.
-	tr := a.Tree()
-	for _, name := range []string{"d0/f000.txt", "d2/f017.txt", "d4/f039.txt"} {
-		id, err := a.Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(tree[name]))
-		if n, err := tr.ReadAt(ctx, id, got, 0); (err != nil && err != io.EOF) || !bytes.Equal(got[:n], tree[name]) {
-			t.Fatalf("%s through the tree: got %d bytes (err %v), want its %d", name, n, err, len(tree[name]))
-		}
-	}
-	mount := a.Status().Fetch.Bytes
-	m.Run()
-	select {
-	case <-m.Done():
-	case <-time.After(time.Minute):
-		t.Fatal("the materialization did not end")
-	}
-	if complete, stopped := m.State(); !complete {
-		t.Fatalf("got a job stopped with %q, want it complete", stopped)
-	}
-	checkTree(t, dir, tree)
-	job, _ := m.Fetched()
-	size := int64(len(obj))
-	if mount == 0 || job+mount > size+size/100 {
-		t.Errorf("fetched %d bytes for the mount and %d for the materialization, want about the archive's %d in all", mount, job, size)
+	for _, c := range []struct {
+		name  string
+		tree  map[string][]byte
+		obj   []byte
+		read  []string
+		slack int64 // bytes both may fetch: the block of a plain file's first read
+	}{
+		{"gzip", tree, tarGz(t, tree), []string{"d0/f000.txt", "d2/f017.txt", "d4/f039.txt"}, 0},
+		{"plain", bigTree, tarbuild.Go(t, tar.FormatPAX, plain...), []string{"big.bin"}, 4 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			served := t.TempDir()
+			if err := os.WriteFile(filepath.Join(served, "a.tar"), c.obj, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			url := newFlakyServer(t, served).url + "/a.tar"
+			opts := testOptions(t, nil)
+			opts.CacheDisk = 0 // every byte comes from the server
+			a, m, dir := startMaterializing(t, url, opts)
+			// Files read through the mount before the materialization
+			// starts, as a service does at boot, 128 KiB at a time as
+			// FUSE reads.
+			tr := a.Tree()
+			for _, name := range c.read {
+				id, err := a.Lookup(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := c.tree[name]
+				got := make([]byte, len(want))
+				for off := 0; off < len(want); off += 128 << 10 {
+					end := min(off+128<<10, len(want))
+					if n, err := tr.ReadAt(ctx, id, got[off:end], int64(off)); (err != nil && err != io.EOF) || n != end-off {
+						t.Fatalf("%s at %d through the tree: got %d bytes (err %v)", name, off, n, err)
+					}
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("%s through the tree differs", name)
+				}
+			}
+			mount := a.Status().Fetch.Bytes
+			m.Run()
+			select {
+			case <-m.Done():
+			case <-time.After(time.Minute):
+				t.Fatal("the materialization did not end")
+			}
+			if complete, stopped := m.State(); !complete {
+				t.Fatalf("got a job stopped with %q, want it complete", stopped)
+			}
+			checkTree(t, dir, c.tree)
+			job, _ := m.Fetched()
+			size := int64(len(c.obj))
+			if mount == 0 || job+mount > size+size/100+c.slack {
+				t.Errorf("fetched %d bytes for the mount and %d for the materialization, want about the archive's %d in all", mount, job, size)
+			}
+		})
 	}
 }
