@@ -128,7 +128,9 @@ func (a *Archive) useSidecar(side *remoteIndex, id fetch.Identity) {
 	}
 	log.Info("index published beside the archive", "path", side.url, "entries", ix.Len(), "copy", copied)
 	a.ix, a.from = ix, FromSidecar
-	if err := a.ix.Save(a.saved); err != nil {
+	// Saved as fetched: encoding it again would cost the boot tens of
+	// milliseconds.
+	if err := index.SaveFile(a.saved, side.data); err != nil {
 		log.Warn("could not save index", "path", a.saved, "err", err)
 	}
 }

@@ -491,6 +491,13 @@ func (ix *Index) Save(path string) error {
 	if err != nil {
 		return err
 	}
+	return SaveFile(path, data)
+}
+
+// SaveFile writes data, an index as Marshal encodes it (an index file
+// fetched whole, say), to path as Save does: under a temporary name,
+// then renamed, so that a reader never sees half of it.
+func SaveFile(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
