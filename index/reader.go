@@ -40,7 +40,8 @@ type ReaderOptions struct {
 	// Local is the decoded tar stream as the index pass wrote it
 	// (BuildOptions.Local), read for the spans that cannot be decoded
 	// from the archive when the index is StreamOnly. Bytes read from it
-	// are checked against the span digests like decoded ones.
+	// are checked against the span digests like decoded ones. A copy
+	// still being written may implement LocalWaiter.
 	Local io.ReaderAt
 	// LocalDamaged, when set, is called when span i read from Local is
 	// short or fails its digest, before the read fails with ErrCorrupt:
@@ -619,7 +620,7 @@ func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}, buf [
 	var err error
 	local := cp.Kind == kindLocal
 	if local {
-		data, err = r.readLocal(i, size, buf)
+		data, err = r.readLocal(ctx, i, size, buf)
 	} else {
 		data, err = r.decodeFromArchive(ctx, i, size, cpu, buf)
 	}
@@ -641,12 +642,28 @@ func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}, buf [
 // local decoded copy was given.
 var ErrNoLocalCopy = errors.New("index: stream-only archive read without its local decoded copy")
 
+// LocalWaiter is a ReaderOptions.Local that is still being written (a
+// pass decoding the archive again while its index serves): WaitLocal
+// returns once the copy holds every byte before end, or with an error when
+// it never will (the pass failed: the read fails with that error, not
+// ErrCorrupt) or ctx is done. Its ReadAt must itself never return bytes the
+// copy does not hold yet; WaitLocal lets a read's ctx end the wait.
+type LocalWaiter interface {
+	WaitLocal(ctx context.Context, end int64) error
+}
+
 // readLocal reads span i from the local decoded copy.
-func (r *Reader) readLocal(i int, size int64, buf []byte) ([]byte, error) {
+func (r *Reader) readLocal(ctx context.Context, i int, size int64, buf []byte) ([]byte, error) {
 	if r.local == nil {
 		return nil, ErrNoLocalCopy
 	}
-	data, err := readSpan(io.NewSectionReader(r.local, int64(r.ix.Checkpoints[i].Out), size), size, buf)
+	off := int64(r.ix.Checkpoints[i].Out)
+	if w, ok := r.local.(LocalWaiter); ok {
+		if err := w.WaitLocal(ctx, off+size); err != nil {
+			return nil, fmt.Errorf("span %d from the local copy: %w", i, err)
+		}
+	}
+	data, err := readSpan(io.NewSectionReader(r.local, off, size), size, buf)
 	if err != nil {
 		return nil, fmt.Errorf("%w: span %d from the local copy: %v", ErrCorrupt, i, err)
 	}
