@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tarmount/tarmount/index"
 )
 
 // The decoded copy of a stream-only archive. Stream-only archives (a
@@ -21,8 +24,8 @@ import (
 // served from there, checked against the index's span digests. The files
 // are bounded by Options.CacheDecoded in all: before a pass writes more, the
 // least recently used copies of other archives are removed (a mount using
-// one keeps its open file). A saved index whose copy is gone is rebuilt
-// by a new pass, which writes the copy again.
+// one keeps its open file). An index found without its copy serves at
+// once, while a decode pass writes the copy again (decode.go).
 
 // decodedPath names the decoded copy of an archive, next to its index's
 // name in the cache.
@@ -46,6 +49,12 @@ type decodedWriter struct {
 	ro      *os.File // the same file, for ReadAt; open until closeReads
 	budget  int64    // bytes this copy may reach
 	evicted bool     // old copies were removed for it already
+	// How far the copy has grown, for wait: the pass writes the decoded
+	// stream in order, so every byte before grown is written or a run
+	// of zeros it skipped (a hole). commit sets it to the final size.
+	grown   int64
+	failed  error         // why the copy will not grow any more (fail)
+	changed chan struct{} // closed when grown or failed change; nil when nobody waits
 }
 
 // ReadAt reads the copy as written so far, for the mount while its index
@@ -100,12 +109,90 @@ func (w *decodedWriter) WriteAt(p []byte, off int64) (int, error) {
 	if end > w.budget {
 		return 0, fmt.Errorf("%w (%d bytes): raise it, or make a seekable archive with tarmount pack", errDecodedFull, w.limit)
 	}
-	return w.f.WriteAt(p, off)
+	n, err := w.f.WriteAt(p, off)
+	if err == nil && end > w.grown {
+		w.grown = end
+		w.notifyLocked()
+	}
+	return n, err
+}
+
+// notifyLocked wakes the calls of wait.
+func (w *decodedWriter) notifyLocked() {
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
+}
+
+// fail says that the copy will not grow any more, because of err: the
+// calls of wait for bytes it does not hold fail with it.
+func (w *decodedWriter) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed == nil {
+		w.failed = err
+	}
+	w.notifyLocked()
+}
+
+// wait returns once the copy holds every byte before end, or fail's
+// error if it fails first, or ctx's once ctx is done.
+func (w *decodedWriter) wait(ctx context.Context, end int64) error {
+	w.mu.Lock()
+	for w.grown < end {
+		if w.failed != nil {
+			err := w.failed
+			w.mu.Unlock()
+			return err
+		}
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+// waitingCopy reads the decoded copy that a decode pass writes while the
+// index serves (decode.go), for an index.Reader (ReaderOptions.Local): a
+// read waits until the copy holds the bytes it asks for, and fails with
+// the pass's error if it fails first. It never returns bytes the copy
+// does not hold yet; the span digests check what it returns.
+type waitingCopy struct {
+	w     *decodedWriter
+	start func() // starts the decode pass, if it has not started
+}
+
+var _ index.LocalWaiter = waitingCopy{}
+
+// WaitLocal waits until the copy holds every byte before end, or ctx is
+// done (index.LocalWaiter).
+func (c waitingCopy) WaitLocal(ctx context.Context, end int64) error {
+	c.start()
+	return c.w.wait(ctx, end)
+}
+
+func (c waitingCopy) ReadAt(p []byte, off int64) (int, error) {
+	if err := c.WaitLocal(context.Background(), off+int64(len(p))); err != nil {
+		return 0, err
+	}
+	return c.w.ReadAt(p, off)
 }
 
 // commit gives the copy its final size and name; without a copy (the
 // archive has checkpoints) it does nothing.
 func (w *decodedWriter) commit(size int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.f == nil {
 		return errors.New("stream-only archive without a decoded copy")
 	}
@@ -117,11 +204,18 @@ func (w *decodedWriter) commit(size int64) error {
 	}
 	err := os.Rename(w.f.Name(), w.path)
 	w.f = nil
+	if err == nil {
+		// The holes after the last write are zeros now.
+		w.grown = size
+		w.notifyLocked()
+	}
 	return err
 }
 
 // discard removes the temporary file, if any.
 func (w *decodedWriter) discard() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.f != nil {
 		w.f.Close()
 		os.Remove(w.f.Name())
