@@ -63,6 +63,17 @@ type Archive struct {
 	// a.ix and a.reader may not be read meanwhile.
 	building atomic.Bool
 
+	// The decode pass (decode.go): copyW is set by Open when the index
+	// is stream-only and its decoded copy is missing; the pass writes
+	// the copy through it.
+	copyW    *decodedWriter
+	decodeMu sync.Mutex
+	// guarded by decodeMu
+	decodeDone   chan struct{} // nil until the pass started; closed when it ends
+	cancelDecode context.CancelFunc
+	decodeClosed bool  // Close stopped it, or will: none may start
+	decodeErr    error // why it failed, set before decodeDone is closed
+
 	bg        *Materializer // nil without Materialize
 	closeOnce sync.Once
 }
@@ -223,8 +234,9 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 	}
 	if a.ix != nil && a.ix.StreamOnly() {
 		if a.decoded = openDecoded(a.decodedPath(), a.ix.TarSize); a.decoded == nil {
-			log.Info("the decoded copy of this stream-only archive is gone: decoding it again", "path", a.decodedPath())
-			a.ix = nil
+			// The index serves while the decode pass writes the
+			// copy again (decode.go).
+			a.copyW = &decodedWriter{path: a.decodedPath(), limit: opts.CacheDecoded, log: log}
 		}
 	}
 	return nil
@@ -299,6 +311,7 @@ func (a *Archive) Close() {
 
 func (a *Archive) close() {
 	log := a.log
+	a.stopDecode()
 	a.stopPass()
 	if a.bg != nil {
 		a.bg.stop()
@@ -317,6 +330,9 @@ func (a *Archive) close() {
 	a.blocks.Close()
 	if a.decoded != nil {
 		a.decoded.Close()
+	}
+	if a.copyW != nil {
+		a.copyW.closeReads()
 	}
 	if a.disk != nil {
 		a.disk.Close()
@@ -344,8 +360,7 @@ func (a *Archive) openReader() {
 	// disk cache); plain tar reads choose between the blocks, with
 	// prefetch, and exact ranges.
 	ropts := index.ReaderOptions{CacheBytes: a.opts.CacheMem / 2, Readahead: a.opts.Readahead, Logger: log}
-	if a.decoded != nil {
-		ropts.Local = a.decoded
+	if ropts.Local = a.local(); ropts.Local != nil {
 		var once sync.Once
 		ropts.LocalDamaged = func(int) {
 			// Drop the name of the damaged copy, so that the next

@@ -103,6 +103,23 @@ func testOptions(t *testing.T, buf *syncBuffer) Options {
 	return o
 }
 
+// startMaterialized opens the materialization of a into a new directory,
+// starts a as a mount does, then the materialization, and returns it and
+// the directory.
+func startMaterialized(t *testing.T, a *Archive) (*Materializer, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "mat")
+	m, err := a.Materialize(dir, MaterializeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	m.Run()
+	return m, dir
+}
+
 // syncBuffer is a bytes.Buffer for a log written from several goroutines.
 type syncBuffer struct {
 	mu  chan struct{}
@@ -404,15 +421,7 @@ func TestStatusDuringPass(t *testing.T) {
 	if st := a.Status(); st.Index.Pass != nil || st.Index.Source != Building {
 		t.Fatalf("before the pass: got index %+v, want no pass yet and the source %q", st.Index, Building)
 	}
-	dir := filepath.Join(t.TempDir(), "mat")
-	m, err := a.Materialize(dir, MaterializeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	m.Run()
+	m, dir := startMaterialized(t, a)
 	var last PassStatus
 	var running, growing int
 	for {

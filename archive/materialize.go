@@ -175,10 +175,9 @@ func (m *Materializer) run() error {
 	}
 	// Its own reader straight on the source: span decodes neither go
 	// through nor evict the mount's caches (memory and disk).
-	ropts := index.ReaderOptions{Readahead: -1, Logger: log}
-	if a.decoded != nil {
-		ropts.Local = a.decoded // a stream-only archive's decoded copy
-	}
+	// A stream-only archive's spans come from its decoded copy, which
+	// may be growing (decode.go).
+	ropts := index.ReaderOptions{Readahead: -1, Logger: log, Local: a.local()}
 	reader := index.NewReader(a.ix, m.src, ropts)
 	m.reader.Store(reader)
 	spans := materialize.IndexSpans(reader, m.src)
@@ -239,7 +238,7 @@ func resumable(err error) bool {
 		return false
 	}
 	for _, e := range []error{fetch.ErrChanged, fetch.ErrNotFound, fetch.ErrNoRange, index.ErrCorrupt,
-		index.ErrBadIndex, materialize.ErrNotOurs, errNoSpans} {
+		index.ErrBadIndex, index.ErrPassFailed, materialize.ErrNotOurs, errNoSpans} {
 		if errors.Is(err, e) {
 			return false
 		}

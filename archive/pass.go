@@ -43,7 +43,8 @@ func (a *Archive) Build(ctx context.Context) error {
 }
 
 // Start makes the archive ready to be served by a mount: with an index,
-// at once; without one and wait false, it starts the first pass in the
+// at once (a stream-only archive whose decoded copy is missing starts its
+// decode pass, decode.go); without one and wait false, it starts the first pass in the
 // background (StartPass) and returns once the pass has read the first
 // member, which gives the root its attributes (an object that is no tar
 // archive is refused here); with wait, once the pass has ended (Build).
@@ -51,7 +52,13 @@ func (a *Archive) Build(ctx context.Context) error {
 // the pass.
 func (a *Archive) Start(ctx context.Context, wait bool) error {
 	if a.ix != nil || wait {
-		return a.Build(ctx)
+		if err := a.Build(ctx); err != nil {
+			return err
+		}
+		// A stream-only archive known without its decoded copy: the
+		// index serves while the copy is written again (decode.go).
+		a.startDecode()
+		return nil
 	}
 	a.StartPass(ctx)
 	if err := a.live.WaitStarted(ctx); err != nil {

@@ -32,8 +32,9 @@ type Status struct {
 		Checkpoints int    `json:"checkpoints"`
 		StreamOnly  bool   `json:"stream_only"`
 		Error       string `json:"error,omitempty"` // why the index pass failed
-		// Pass is present when this server ran the first pass: its
-		// progress while it runs, its final counts after.
+		// Pass is present when this server ran the first pass, or the
+		// decode pass (Pass.DecodedCopy): its progress while it runs,
+		// its final counts after.
 		Pass *PassStatus `json:"pass,omitempty"`
 	} `json:"index"`
 	Fetch struct {
@@ -64,10 +65,17 @@ type Status struct {
 }
 
 // PassStatus is the progress of the first pass, which reads the whole
-// archive once to build its index (Status.Index.Pass).
+// archive once to build its index, or of the decode pass, which reads it
+// once to write the decoded copy of a stream-only archive whose index was
+// found without it (Status.Index.Pass).
 type PassStatus struct {
-	BytesRead  int64 `json:"bytes_read"`  // of the archive as stored
-	BytesTotal int64 `json:"bytes_total"` // the archive's size
+	// DecodedCopy says that this is the decode pass: the index was
+	// found (Status.Index.Source), the mount serves it, and reads of
+	// data the copy does not hold yet wait for the pass.
+	DecodedCopy bool   `json:"decoded_copy,omitempty"`
+	Error       string `json:"error,omitempty"` // why the decode pass failed
+	BytesRead   int64  `json:"bytes_read"`      // of the archive as stored
+	BytesTotal  int64  `json:"bytes_total"`     // the archive's size
 	// Percent is BytesRead of BytesTotal; 100 once the pass succeeded.
 	Percent float64 `json:"percent"`
 	// RateBytesPerSecond is BytesRead over the pass's time so far;
@@ -109,6 +117,12 @@ func (a *Archive) Status() *Status {
 		st.Archive.LastModified = id.LastModified.UTC()
 	}
 	st.Index.Pass = a.passProg.status(id.Size)
+	if p := st.Index.Pass; p != nil && a.Decoding() {
+		p.DecodedCopy = true
+		if err := a.DecodeErr(); err != nil {
+			p.Error = err.Error()
+		}
+	}
 	var rs index.ReaderStats
 	if a.live != nil {
 		rs = a.live.Stats() // reads served while the pass ran

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tarmount/tarmount/archive"
 	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
@@ -96,8 +98,9 @@ func TestMountEveryCodec(t *testing.T) {
 }
 
 // checkLocalCopyRefill remounts a stream-only archive whose saved index is
-// kept but whose decoded copy was removed: the mount decodes the archive
-// again and serves the same tree.
+// kept but whose decoded copy was removed: the saved index serves at once
+// while a decode pass writes the copy again, the tree is the same, and the
+// copy is kept once the pass ends.
 func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
 	t.Helper()
 	copies, _ := filepath.Glob(filepath.Join(cache, "decoded", "*.tar"))
@@ -110,10 +113,21 @@ func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
 	opts := libOptions(cache)
 	opts.Span = 256 << 10
 	m := libMount(t, url, opts)
-	if !strings.Contains(m.log.String(), "decoding it again") {
+	if from := m.a.IndexFrom(); from != archive.FromCache {
+		t.Errorf("got the index from %q, want the saved one kept", from)
+	}
+	if !strings.Contains(m.log.String(), "decoding the archive again while the index serves") {
 		t.Errorf("no message about decoding the archive again:\n%s", m.log)
 	}
 	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+	select {
+	case <-m.a.DecodeDone():
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("decode pass not done after 3 minutes:\n%s", m.log)
+	}
+	if err := m.a.DecodeErr(); err != nil {
+		t.Errorf("decode pass: %v", err)
+	}
 	m.stop(t)
 	if _, err := os.Stat(copies[0]); err != nil {
 		t.Errorf("decoded copy not written again: %v", err)
