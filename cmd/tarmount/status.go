@@ -126,11 +126,14 @@ func printStatus(w io.Writer, st *archive.Status) {
 		line("index", "%s: %s", indexSourceText[st.Index.Source], passText(p))
 	case st.Index.Source == archive.Building:
 		line("index", "%s, %d entries so far", indexSourceText[st.Index.Source], st.Index.Entries)
-	case p != nil:
+	case p != nil && !p.DecodedCopy:
 		line("index", "%s in %s (%s at %s/s), %d entries, %d checkpoints", indexSourceText[st.Index.Source],
 			seconds(p.ElapsedSeconds), mb(p.BytesRead), mb(int64(p.RateBytesPerSecond)), st.Index.Entries, st.Index.Checkpoints)
 	default:
 		line("index", "%s, %d entries, %d checkpoints", indexSourceText[st.Index.Source], st.Index.Entries, st.Index.Checkpoints)
+	}
+	if p != nil && p.DecodedCopy {
+		line("decoded copy", "%s", decodedCopyText(p))
 	}
 	f := st.Fetch
 	line("fetched", "%s in %d requests (%s in flight), %d retries", mb(f.Bytes), f.Requests, mb(f.InFlightBytes), f.Retries)
@@ -161,6 +164,19 @@ func passText(p *archive.PassStatus) string {
 	}
 	return fmt.Sprintf("%.0f%% of %s read at %s/s%s, %d entries so far",
 		p.Percent, mb(p.BytesTotal), mb(int64(p.RateBytesPerSecond)), eta, p.Entries)
+}
+
+// decodedCopyText says how far the decode pass is, which writes the
+// decoded copy of a stream-only archive whose index was found without it.
+func decodedCopyText(p *archive.PassStatus) string {
+	switch {
+	case p.Error != "":
+		return "writing it again failed (reads of what it lacks fail): " + p.Error
+	case p.Running:
+		return "missing, being written again (reads past it wait): " + passText(p)
+	default:
+		return fmt.Sprintf("written again in %s (%s at %s/s)", seconds(p.ElapsedSeconds), mb(p.BytesRead), mb(int64(p.RateBytesPerSecond)))
+	}
 }
 
 // materializeText says how far materialization is, without a "0 of 0"
@@ -196,6 +212,9 @@ func statusLine(st *archive.Status) string {
 	default:
 		parts = append(parts, fmt.Sprintf("serving %d entries of %s", st.Index.Entries, st.Source))
 	}
+	if p := st.Index.Pass; p != nil && p.DecodedCopy && (p.Running || p.Error != "") {
+		parts = append(parts, "decoded copy "+decodedCopyText(p))
+	}
 	if m := st.Materialize; m != nil {
 		verb := "materializing "
 		if m.Complete {
@@ -211,23 +230,26 @@ func statusLine(st *archive.Status) string {
 const statusInterval = 2 * time.Second
 
 // report sends the status of a to ready (STATUS=) every statusInterval
-// while the first pass or the materialization m (nil without one) runs,
-// and once more each time one of them ends, until done is closed.
+// while the first pass, the decode pass or the materialization m (nil
+// without one) runs, and once more each time one of them ends, until done
+// is closed.
 func report(a *archive.Archive, m *archive.Materializer, ready *readiness, done <-chan struct{}) {
 	t := time.NewTicker(statusInterval)
 	defer t.Stop()
 	s := &statusSource{a: a}
-	passDone, mDone := a.PassDone(), (<-chan struct{})(nil)
+	passDone, decodeDone, mDone := a.PassDone(), a.DecodeDone(), (<-chan struct{})(nil)
 	if m != nil {
 		mDone = m.Done()
 	}
-	for passDone != nil || mDone != nil {
+	for passDone != nil || decodeDone != nil || mDone != nil {
 		select {
 		case <-done:
 			return
 		case <-t.C:
 		case <-passDone:
 			passDone = nil
+		case <-decodeDone:
+			decodeDone = nil
 		case <-mDone:
 			mDone = nil
 		}
