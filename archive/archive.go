@@ -199,7 +199,10 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 		}
 		a.ix, a.from = ix, FromFile
 	case !opts.Rebuild:
-		if ix, hit, err := pre.load(a.saved); err == nil && ix.Source.Equal(id) {
+		// Saved under this version's name after the same check as
+		// when it was taken: a published index built from a local
+		// copy of these bytes records that copy's identity.
+		if ix, hit, err := pre.load(a.saved); err == nil && fits(ix.Source, id, fetch.IsLocal(a.base)) {
 			log.Debug("index loaded", "path", a.saved, "preloaded", hit)
 			a.ix, a.from = ix, FromCache
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -388,4 +391,11 @@ func mayEmbed(src fetch.Source) bool {
 		}
 	}
 	return true
+}
+
+// fits reports whether an index built for version ix fits the archive
+// version src (sameBytes).
+func fits(ix, src fetch.Identity, local bool) bool {
+	ok, _ := sameBytes(ix, src, local)
+	return ok
 }

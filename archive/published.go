@@ -29,8 +29,10 @@ import (
 // EIO, never wrong bytes. An index built from a remote archive fits only
 // that archive (a copy on another server has another ETag: build or
 // publish the index from the copy, or from a local file), and a local
-// archive only its own index. The index saved in the cache directory is
-// always matched exactly.
+// archive only its own index. The index saved in the cache directory,
+// under the name of the archive version it was taken for, is matched the
+// same way, so that a published index built from a local copy is found
+// there by the next mount.
 
 // SidecarSuffix ends the name of an index published beside its archive.
 const SidecarSuffix = ".tarmount-index"

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -115,6 +116,25 @@ func TestPublishedIndex(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("published, then saved", func(t *testing.T) {
+		o := testOptions(t, nil)
+		a, err := Open(ctx, url, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		// A remount finds the published index saved in its cache.
+		logBuf := newSyncBuffer()
+		o.Logger = slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		if a, err = Open(ctx, url, o); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if a.IndexFrom() != FromCache || strings.Contains(logBuf.String(), SidecarSuffix) {
+			t.Errorf("got an index from %q, want the saved one and no look for the published one; log:\n%s", a.IndexFrom(), logBuf)
+		}
+	})
 
 	t.Run("another version", func(t *testing.T) {
 		other := testTree(31)
