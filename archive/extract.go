@@ -61,7 +61,7 @@ func Extract(ctx context.Context, url, dir string, opts Options, mo MaterializeO
 	if a.ix != nil {
 		// Straight on the source: one exact range request per span.
 		x.reader = index.NewReader(a.ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log})
-		x.spans = materialize.IndexSpans(x.reader, a.src)
+		x.spans = materialize.IndexSpans(x.reader, a.src, materialize.Peers{})
 	}
 	return x, nil
 }

@@ -180,13 +180,9 @@ func (m *Materializer) run() error {
 	ropts := index.ReaderOptions{Readahead: -1, Logger: log, Local: a.local()}
 	reader := index.NewReader(a.ix, m.src, ropts)
 	m.reader.Store(reader)
-	spans := materialize.IndexSpans(reader, m.src)
-	switch mount := a.reader; {
-	case mount != nil && spans != nil && reader.HasSpans():
-		spans = sharedSpans{spans, reader, mount}
-	case spans != nil && !a.ix.Codec.Compressed():
-		spans = sharedPlain{spans, a.blocks}
-	}
+	// What reads through the mount fetched and decoded (files opened at
+	// boot) is taken from its caches, not fetched again.
+	spans := materialize.IndexSpans(reader, m.src, materialize.Peers{Spans: a.reader, Cached: a.blocks.ReadCached})
 	if spans == nil && !m.staged() && !m.job.Load().Complete() {
 		log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", m.dir)
 		return errNoSpans
@@ -271,41 +267,4 @@ func (m *Materializer) stop() {
 	if r := m.reader.Load(); r != nil {
 		r.Close()
 	}
-}
-
-// sharedSpans reads the spans of a materialization, but takes those that
-// the mount's reader has decoded, or is decoding, for a read through the
-// mount (a file opened at boot, its readahead) from there: a span both
-// need is fetched and decoded once.
-type sharedSpans struct {
-	materialize.Spans
-	own, mount *index.Reader
-}
-
-func (s sharedSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) ([]byte, []byte, error) {
-	if data, ok := s.mount.CachedSpan(ctx, i, buf); ok {
-		start, _ := s.own.SpanBounds(i)
-		return data[from-int64(start) : to-int64(start)], data, nil
-	}
-	return s.Spans.Read(ctx, i, from, to, buf)
-}
-
-// sharedPlain reads the pieces of a plain tar for a materialization, but
-// takes those that the mount's block cache holds (a file read through the
-// mount at boot) from there.
-type sharedPlain struct {
-	materialize.Spans
-	blocks *fetch.Blocks
-}
-
-func (s sharedPlain) Read(ctx context.Context, i int, from, to int64, buf []byte) ([]byte, []byte, error) {
-	p := buf
-	if int64(cap(p)) < to-from {
-		p = make([]byte, to-from)
-	}
-	p = p[:to-from]
-	if s.blocks.ReadCached(p, from) {
-		return p, p, nil
-	}
-	return s.Spans.Read(ctx, i, from, to, buf)
 }

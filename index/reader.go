@@ -481,6 +481,13 @@ func (r *Reader) spanData(ctx context.Context, g region, touch bool, then func()
 	if then != nil {
 		then()
 	}
+	return r.waitSpan(ctx, c)
+}
+
+// waitSpan waits for c, on which the caller holds a reference: it
+// returns c once decoded, or gives the reference back and returns the
+// decode's error or ctx's.
+func (r *Reader) waitSpan(ctx context.Context, c *spanCall) (*spanCall, error) {
 	select {
 	case <-c.done:
 		if c.err != nil {

@@ -98,14 +98,9 @@ func (r *Reader) CachedSpan(ctx context.Context, i int, buf []byte) ([]byte, boo
 	}
 	c.refs++
 	r.mu.Unlock()
-	defer r.release(c)
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		return nil, false
+	if c, err := r.waitSpan(ctx, c); err == nil {
+		defer r.release(c)
+		return append(buf[:0], c.data...), true
 	}
-	if c.err != nil {
-		return nil, false
-	}
-	return append(buf[:0], c.data...), true
+	return nil, false
 }

@@ -78,7 +78,7 @@ func BenchmarkSmallFiles(b *testing.B) {
 					}
 				} else {
 					r = index.NewReader(ix, src, index.ReaderOptions{})
-					spans = IndexSpans(r, src)
+					spans = IndexSpans(r, src, Peers{})
 				}
 				if err := j.Run(context.Background(), ix, spans); err != nil {
 					b.Fatal(err)

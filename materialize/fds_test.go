@@ -62,7 +62,7 @@ func TestRunReleasesDirectories(t *testing.T) {
 			defer r.Close()
 			var spans Spans
 			if !cold {
-				spans = IndexSpans(r, src)
+				spans = IndexSpans(r, src, Peers{})
 			}
 			if err := j.Run(context.Background(), ix, spans); err != nil {
 				t.Fatal(err)

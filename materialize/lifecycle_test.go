@@ -195,7 +195,7 @@ func TestOpenLocal(t *testing.T) {
 	src := fileSource{bytes.NewReader(data)}
 	r := index.NewReader(ix, src, index.ReaderOptions{})
 	defer r.Close()
-	if err := j.Run(t.Context(), ix, IndexSpans(r, src)); err != nil {
+	if err := j.Run(t.Context(), ix, IndexSpans(r, src, Peers{})); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {

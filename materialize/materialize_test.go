@@ -67,7 +67,7 @@ func extractWith(t *testing.T, archive, dir string, cold bool, opts Options, pre
 	defer r.Close()
 	var spans Spans
 	if !cold {
-		spans = IndexSpans(r, src)
+		spans = IndexSpans(r, src, Peers{})
 	}
 	return j, j.Run(context.Background(), ix, spans)
 }

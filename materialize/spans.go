@@ -13,18 +13,35 @@ import (
 // cache), when the index has them; for a plain tar, pieces of rawSpanBytes
 // read from src with one ranged read each. It returns nil for a compressed
 // archive without checkpoints, which only a one-pass extraction (Stage)
-// can read.
-func IndexSpans(r *index.Reader, src index.Source) Spans {
+// can read. What the mount that serves the archive meanwhile has fetched
+// and decoded is taken from it (Peers) rather than fetched again.
+func IndexSpans(r *index.Reader, src index.Source, peers Peers) Spans {
 	switch {
 	case r.HasSpans():
-		return indexSpans{r}
+		return indexSpans{r, peers.Spans}
 	case !r.Codec.Compressed():
-		return rawSpans{src: src, size: r.TarSize}
+		return rawSpans{src: src, size: r.TarSize, cached: peers.Cached}
 	}
 	return nil
 }
 
-type indexSpans struct{ r *index.Reader }
+// Peers are the caches of a mount that serves the archive while it is
+// materialized (files read at boot, their readahead): a span or piece
+// that both need is fetched and decoded once. The zero value has none.
+type Peers struct {
+	// Spans is the mount's reader: a span in its cache, or being
+	// decoded for a read, is copied from there (index.Reader.CachedSpan).
+	Spans *index.Reader
+	// Cached copies len(p) bytes of a plain tar at off into p if the
+	// mount's block cache holds them all, and reports whether it did
+	// (fetch.Blocks.ReadCached).
+	Cached func(p []byte, off int64) bool
+}
+
+type indexSpans struct {
+	r    *index.Reader
+	peer *index.Reader // nil: none
+}
 
 func (s indexSpans) Len() int { return s.r.NumSpans() }
 
@@ -36,7 +53,14 @@ func (s indexSpans) Bounds(i int) (int64, int64) {
 func (s indexSpans) Stored(i int) int64 { return s.r.SpanStoredBytes(i) }
 
 func (s indexSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) ([]byte, []byte, error) {
-	data, err := s.r.DecodeSpanInto(ctx, i, buf)
+	data, ok := []byte(nil), false
+	if s.peer != nil {
+		data, ok = s.peer.CachedSpan(ctx, i, buf)
+	}
+	var err error
+	if !ok {
+		data, err = s.r.DecodeSpanInto(ctx, i, buf)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -48,8 +72,9 @@ func (s indexSpans) Read(ctx context.Context, i int, from, to int64, buf []byte)
 const rawSpanBytes = 4 << 20
 
 type rawSpans struct {
-	src  index.Source
-	size int64
+	src    index.Source
+	size   int64
+	cached func(p []byte, off int64) bool // nil: none
 }
 
 func (s rawSpans) Len() int { return int((s.size + rawSpanBytes - 1) / rawSpanBytes) }
@@ -69,6 +94,9 @@ func (s rawSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) (
 		p = make([]byte, to-from)
 	}
 	p = p[:to-from]
+	if s.cached != nil && s.cached(p, from) {
+		return p, p, nil
+	}
 	n, err := s.src.ReadAt(ctx, p, from)
 	if err == io.EOF && n == len(p) {
 		err = nil
