@@ -142,10 +142,8 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 		}
 		// Without a saved index of this archive, the published one is
 		// likely what it uses: asked for now, it costs no round trip.
-		if pre == nil && !opts.NoSidecar {
-			if u, err := fetch.Beside(url, SidecarSuffix); err == nil {
-				side = opts.fetchIndex(ctx, u)
-			}
+		if pre == nil {
+			side = opts.fetchSidecar(ctx, url)
 		}
 	}
 	defer pre.wait()
@@ -229,9 +227,8 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 			log.Warn("embedded index unusable, indexing", "src", a.base.String(), "err", err)
 		}
 	}
-	if a.ix == nil && *side == nil && opts.IndexFile == "" && !opts.Rebuild && !opts.NoSidecar {
-		if u, err := fetch.Beside(a.url, SidecarSuffix); err == nil {
-			*side = opts.fetchIndex(ctx, u)
+	if a.ix == nil && *side == nil && opts.IndexFile == "" && !opts.Rebuild {
+		if *side = opts.fetchSidecar(ctx, a.url); *side != nil {
 			a.useSidecar(*side, id)
 		}
 	}

@@ -75,6 +75,20 @@ func (o *Options) fetchIndex(ctx context.Context, url string) *remoteIndex {
 	return r
 }
 
+// fetchSidecar starts fetching the index published beside the archive at
+// url; nil when the lookup is off (NoSidecar) or url has no place beside
+// it.
+func (o *Options) fetchSidecar(ctx context.Context, url string) *remoteIndex {
+	if o.NoSidecar {
+		return nil
+	}
+	u, err := fetch.Beside(url, SidecarSuffix)
+	if err != nil {
+		return nil
+	}
+	return o.fetchIndex(ctx, u)
+}
+
 // readObject reads the whole object at url, of at most maxIndexBytes:
 // with one request, over HTTP(S).
 func (o *Options) readObject(ctx context.Context, url string) ([]byte, error) {
