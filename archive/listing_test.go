@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
@@ -315,8 +316,6 @@ func refDescribe(ix *index.Index, p string, id index.EntryID) EntryJSON {
 
 // refLongLine is the line of ls -l as it was made with fmt.
 func refLongLine(j EntryJSON) string {
-	var mode uint32
-	fmt.Sscanf(j.Mode, "%o", &mode)
 	owner := j.Uname
 	if owner == "" {
 		owner = fmt.Sprint(j.UID)
@@ -339,27 +338,6 @@ func refLongLine(j EntryJSON) string {
 		name += " link to " + j.Link
 	}
 	mt := time.Unix(0, j.MTimeNs).UTC().Format("2006-01-02 15:04")
-	b := []byte("-rwxrwxrwx")
-	if c, ok := map[string]byte{"dir": 'd', "symlink": 'l', "hardlink": 'h', "char": 'c', "block": 'b', "fifo": 'p'}[j.Type]; ok {
-		b[0] = c
-	}
-	for i := range 9 {
-		if mode&(1<<(8-i)) == 0 {
-			b[i+1] = '-'
-		}
-	}
-	for _, s := range []struct {
-		bit        uint32
-		at         int
-		set, unset byte
-	}{{0o4000, 3, 's', 'S'}, {0o2000, 6, 's', 'S'}, {0o1000, 9, 't', 'T'}} {
-		if mode&s.bit != 0 {
-			if b[s.at] == '-' {
-				b[s.at] = s.unset
-			} else {
-				b[s.at] = s.set
-			}
-		}
-	}
+	b := testutil.ModeLetters(j.Type, j.Mode)
 	return fmt.Sprintf("%s %s/%s %9s %s %s", b, owner, group, size, mt, name)
 }

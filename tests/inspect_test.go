@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
@@ -75,37 +76,6 @@ func tarList(t *testing.T, archive string) map[string]tarTV {
 		got[name] = e
 	}
 	return got
-}
-
-// modeLetters is the ls -l form of a type and octal mode, as GNU tar
-// prints it.
-func modeLetters(typ, octal string) string {
-	var mode uint32
-	fmt.Sscanf(octal, "%o", &mode)
-	b := []byte("-rwxrwxrwx")
-	b[0] = map[string]byte{"dir": 'd', "symlink": 'l', "hardlink": 'h', "char": 'c', "block": 'b', "fifo": 'p'}[typ]
-	if b[0] == 0 {
-		b[0] = '-'
-	}
-	for i := range 9 {
-		if mode&(1<<(8-i)) == 0 {
-			b[i+1] = '-'
-		}
-	}
-	for _, s := range []struct {
-		bit       uint32
-		at        int
-		set, unst byte
-	}{{0o4000, 3, 's', 'S'}, {0o2000, 6, 's', 'S'}, {0o1000, 9, 't', 'T'}} {
-		if mode&s.bit != 0 {
-			if b[s.at] == '-' {
-				b[s.at] = s.unst
-			} else {
-				b[s.at] = s.set
-			}
-		}
-	}
-	return string(b)
 }
 
 // TestInspect lists archives made by GNU tar, bsdtar and Go with
@@ -177,7 +147,7 @@ func TestInspect(t *testing.T) {
 				if g.Type == "char" || g.Type == "block" {
 					size = fmt.Sprintf("%d,%d", g.Devmajor, g.Devminor)
 				}
-				gv := tarTV{mode: modeLetters(g.Type, g.Mode), owner: owner, size: size,
+				gv := tarTV{mode: testutil.ModeLetters(g.Type, g.Mode), owner: owner, size: size,
 					mtime: time.Unix(0, g.MTimeNs).UTC().Format("2006-01-02 15:04"), link: g.Link}
 				if gv != w {
 					t.Errorf("%s: ls --json says %+v, tar -tv %+v", p, gv, w)
