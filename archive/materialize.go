@@ -181,8 +181,13 @@ func (m *Materializer) run() error {
 	reader := index.NewReader(a.ix, m.src, ropts)
 	m.reader.Store(reader)
 	// What reads through the mount fetched and decoded (files opened at
-	// boot) is taken from its caches, not fetched again.
+	// boot) is taken from its caches, not fetched again, and the other
+	// way round: a read joins the span being decoded here.
 	spans := materialize.IndexSpans(reader, m.src, materialize.Peers{Spans: a.reader, Cached: a.blocks.ReadCached})
+	if a.reader != nil {
+		a.reader.Borrow(reader)
+		defer a.reader.Borrow(nil)
+	}
 	if spans == nil && !m.staged() && !m.job.Load().Complete() {
 		log.Error("materialize: this archive has no checkpoints to read it in spans; run tarmount extract instead", "path", m.dir)
 		return errNoSpans

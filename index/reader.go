@@ -91,12 +91,15 @@ type Reader struct {
 	// (plain.go), else nil.
 	blocks BlockSource
 
-	hits, misses, decodes atomic.Int64 // see ReaderStats
-	reuses                atomic.Int64 // decodes into the buffer of an evicted span
+	hits, misses, decodes atomic.Int64           // see ReaderStats
+	borrows               atomic.Int64           // see ReaderStats
+	peer                  atomic.Pointer[Reader] // Borrow's
+	reuses                atomic.Int64           // decodes into the buffer of an evicted span
 
 	mu sync.Mutex
 	// guarded by mu
 	spans  map[int]*spanCall     // cached and in-flight spans
+	lent   map[int]*lendCall     // spans DecodeSpan(Into) is decoding (lend.go)
 	lru    *list.List            // of int span indexes, most recent first
 	used   int64                 // bytes of cached spans and of spans being decoded
 	recent [recentSpans]readSeq  // the latest readers, for readahead
@@ -111,6 +114,7 @@ type ReaderStats struct {
 	SpanHits    int64 // span lookups of reads served from the cache of decoded spans
 	SpanMisses  int64 // span lookups that waited for a decode (started or joined)
 	SpanDecodes int64 // spans decoded (or read from the local copy) and verified, readahead and SpanReader included
+	SpanBorrows int64 // spans copied from the Reader named by Borrow instead of decoded
 	CachedBytes int64 // bytes of decoded spans cached now, and of spans being decoded
 }
 
@@ -142,6 +146,7 @@ func (r *Reader) Stats() ReaderStats {
 		SpanHits:    r.hits.Load(),
 		SpanMisses:  r.misses.Load(),
 		SpanDecodes: r.decodes.Load(),
+		SpanBorrows: r.borrows.Load(),
 		CachedBytes: used,
 	}
 }
@@ -568,6 +573,8 @@ func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 			buf, reserved = r.reserve(g.end - g.start)
 			if !r.def.compressed() {
 				data, err = r.fetchPiece(r.ctx, g)
+			} else if d, ok := r.borrowed(i, buf); ok {
+				data = d
 			} else {
 				data, err = r.decodeSpan(r.ctx, i, nil, buf)
 			}

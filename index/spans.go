@@ -61,7 +61,7 @@ func (ix *Index) SpanStoredBytes(i int) int64 {
 // of them decode at once, the others wait with their fetched bytes. The
 // returned slice is the caller's. It is safe for concurrent use.
 func (r *Reader) DecodeSpan(ctx context.Context, i int) ([]byte, error) {
-	return r.decodeSpan(ctx, i, r.cpu, nil)
+	return r.DecodeSpanInto(ctx, i, nil)
 }
 
 // DecodeSpanInto is DecodeSpan that may decode into buf, a slice the
@@ -69,7 +69,10 @@ func (r *Reader) DecodeSpan(ctx context.Context, i int) ([]byte, error) {
 // has room; otherwise it allocates. The returned slice may share buf's
 // memory.
 func (r *Reader) DecodeSpanInto(ctx context.Context, i int, buf []byte) ([]byte, error) {
-	return r.decodeSpan(ctx, i, r.cpu, buf)
+	l := r.lend(i)
+	data, err := r.decodeSpan(ctx, i, r.cpu, buf)
+	r.endLend(i, l, data, err)
+	return data, err
 }
 
 // SpanBounds returns the decoded range of span i, as Index.SpanBounds.
@@ -81,11 +84,10 @@ func (r *Reader) SpanStoredBytes(i int) int64 { return r.ix.SpanStoredBytes(i) }
 
 // CachedSpan copies span i into buf (or a new slice, when buf is too
 // small) if r's span cache holds it, or once the decode that a read
-// through r started for it ends; it starts no fetch or decode, and reports
-// false when r has nothing of span i (or that decode failed). A
-// whole-archive reader with a Reader of its own asks the Reader that
-// serves random reads first, so that a span both need is fetched and
-// decoded once. It is safe for concurrent use.
+// through r, DecodeSpan or DecodeSpanInto started for it ends; it starts
+// no fetch or decode, and reports false when r has nothing of span i (or
+// that decode failed). Two readers of one archive lend each other spans
+// with it (lend.go). It is safe for concurrent use.
 func (r *Reader) CachedSpan(ctx context.Context, i int, buf []byte) ([]byte, bool) {
 	if !r.HasSpans() || i < 0 || i >= len(r.ix.Checkpoints) {
 		return nil, false
@@ -93,8 +95,16 @@ func (r *Reader) CachedSpan(ctx context.Context, i int, buf []byte) ([]byte, boo
 	r.mu.Lock()
 	c, ok := r.spans[i]
 	if !ok {
+		l, ok := r.lent[i]
+		if ok {
+			l.copying.Add(1)
+			l.joined++
+		}
 		r.mu.Unlock()
-		return nil, false
+		if !ok {
+			return nil, false
+		}
+		return copyLent(ctx, l, buf)
 	}
 	c.refs++
 	r.mu.Unlock()
