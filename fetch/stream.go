@@ -101,6 +101,11 @@ func (s *stream) fill() {
 // its block from pos on that are there: to the end of the block, or of
 // its ready prefix while it is fetched in pieces.
 func (s *stream) head() ([]byte, error) {
+	// A done ctx ends the stream even where its blocks are already here:
+	// a stopped pass must stop, not read to the end of what was fetched.
+	if err := s.ctx.Err(); err != nil && s.err == nil {
+		s.fail(err)
+	}
 	s.fill()
 	if s.err != nil {
 		return nil, s.err

@@ -288,3 +288,20 @@ func TestStreamContext(t *testing.T) {
 	_, err = s.Read(make([]byte, 10))
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a stream error is sticky")
 }
+
+// TestStreamContextFetched: a stream whose ctx is done stops at once,
+// even where the blocks ahead are already fetched: a stopped pass must
+// not read on to the end of what it has.
+func TestStreamContextFetched(t *testing.T) {
+	src := newMemSource(randomBytes(8*1024, 10))
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1024, Workers: 4})
+	ctx, cancel := context.WithCancel(t.Context())
+	s := b.Stream(ctx, 0)
+	defer s.Close()
+	_, err := io.ReadFull(s, make([]byte, 100))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return src.Requests() >= 4 }, 5*time.Second, time.Millisecond)
+	cancel()
+	_, err = s.Read(make([]byte, 10))
+	require.ErrorIs(t, err, context.Canceled)
+}
