@@ -52,6 +52,13 @@ type Checkpoint struct {
 	// Window is the output preceding Out within the same member, at most
 	// WindowSize bytes; nil for KindMember. Owned by the checkpoint.
 	Window []byte
+	// Sums says that CRC and Size are the CRC-32 and the size (modulo
+	// 2^32) of the member's output before Out: a Reader resumed here
+	// (NewReaderAt) checks the member's trailer as if it had decoded it
+	// from its start. The Reader sets them on the KindBlock checkpoints
+	// of a member it decodes from its start.
+	Sums      bool
+	CRC, Size uint32
 }
 
 // Options tune a Reader.
@@ -157,8 +164,9 @@ func NewReader(r io.Reader, opts Options) *Reader {
 }
 
 // NewReaderAt returns a Reader that resumes at cp. r must yield the
-// compressed stream from offset cp.In on. Checksums of a member entered in
-// the middle cannot be verified; callers verify spans themselves.
+// compressed stream from offset cp.In on. The checksums of a member
+// entered in the middle are verified only when cp has its Sums; callers
+// verify spans themselves.
 func NewReaderAt(r io.Reader, cp Checkpoint, opts Options) (*Reader, error) {
 	if err := checkCheckpoint(cp); err != nil {
 		return nil, err
@@ -171,6 +179,9 @@ func NewReaderAt(r io.Reader, cp Checkpoint, opts Options) (*Reader, error) {
 		n := copy(z.out, cp.Window)
 		z.op, z.rd, z.crcPos, z.observed = n, n, n, n
 		z.state = stBlock
+		if cp.Sums {
+			z.crcOn, z.crc, z.isize, z.memberIn = true, cp.CRC, cp.Size, cp.In
+		}
 		if err := z.fill(1); err != nil {
 			return nil, err
 		}
@@ -776,6 +787,10 @@ func (z *Reader) endBlock() {
 
 func (z *Reader) emit(cp Checkpoint) {
 	z.observe()
+	if cp.Kind == KindBlock && z.crcOn {
+		z.updateCRC()
+		cp.Sums, cp.CRC, cp.Size = true, z.crc, z.isize
+	}
 	z.lastCP = cp.Out
 	z.haveCP = true
 	z.lastKind = cp.Kind

@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 )
 
 // Sentinel errors. Every error from Next or Read that is about the archive
@@ -234,6 +235,12 @@ type Scanner struct {
 	gRecs  []paxRec
 	global paxState
 
+	// Where the member last returned starts (its HeaderOffset), and the
+	// global records in force there: its headers may change them (State).
+	curStart   int64
+	startGBuf  []byte
+	startGRecs []paxRec
+
 	// Last uname and gname returned, to share identical strings.
 	uname, gname string
 }
@@ -258,6 +265,50 @@ func NewScanner(r io.Reader, lim Limits) *Scanner {
 		s.dint = d
 	}
 	return s
+}
+
+// State is where a scan stands between two members, to resume it later
+// there (NewScannerAt): the stream offset of the next member's first
+// header block, and the pax global records in force there.
+type State struct {
+	Offset int64
+	Global []string // "key=value", in the order they were set
+}
+
+// State returns where the member last returned by Next starts
+// (Header.HeaderOffset), with the pax global records in force before its
+// headers: a scan resumed there returns that member again.
+func (s *Scanner) State() State {
+	st := State{Offset: s.curStart}
+	for _, r := range s.startGRecs {
+		st.Global = append(st.Global, string(s.startGBuf[r.k0:r.v1]))
+	}
+	return st
+}
+
+// NewScannerAt returns a Scanner that resumes a scan at st: r yields the
+// tar stream from st.Offset on, which must be where a member's first
+// header block starts (State).
+func NewScannerAt(r io.Reader, lim Limits, st State) (*Scanner, error) {
+	s := NewScanner(r, lim)
+	s.off, s.curStart, s.headers = st.Offset, st.Offset, 1
+	var gBuf []byte
+	var gRecs []paxRec
+	for _, kv := range st.Global {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: bad pax global record %q to resume at %d", ErrCorrupt, kv, st.Offset)
+		}
+		k0 := len(gBuf)
+		gBuf = append(gBuf, kv...)
+		gRecs = append(gRecs, paxRec{k0, k0 + len(k), len(gBuf)})
+	}
+	if len(gRecs) > 0 {
+		if err := s.setGlobal(gBuf, gRecs, st.Offset); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Offset returns the stream offset after the last byte the Scanner
@@ -327,6 +378,7 @@ func (s *Scanner) next() (*Header, error) {
 		}
 	}
 	start := s.off
+	s.curStart, s.startGBuf, s.startGRecs = start, s.gBuf, s.gRecs
 	s.pend = pending{}
 	s.paxBuf = s.paxBuf[:0]
 	s.paxRecs = s.paxRecs[:0]
@@ -522,6 +574,12 @@ func (s *Scanner) readGlobal(off int64) error {
 		return fmt.Errorf("%w: header at %d: pax global records exceed the limit of %d bytes",
 			ErrCorrupt, off, s.lim.MaxGlobalPAXSize)
 	}
+	return s.setGlobal(gBuf, gRecs, off)
+}
+
+// setGlobal makes gRecs, records in gBuf, the pax global records in
+// force; off is the header they came from, for messages.
+func (s *Scanner) setGlobal(gBuf []byte, gRecs []paxRec, off int64) error {
 	var g paxState
 	for _, r := range gRecs {
 		if err := s.applyPAX(&g, r.key(gBuf), r.value(gBuf)); err != nil {
