@@ -102,6 +102,12 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 			x.job.Abandon()
 			return nil, fmt.Errorf("extract %s: %w", a, err)
 		}
+		if a.passProg.resumed.Load() {
+			// The members before where the pass resumed were not
+			// staged: they are read in spans.
+			x.reader = index.NewReader(ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log})
+			x.spans = materialize.IndexSpans(x.reader, a.src, materialize.Peers{})
+		}
 		// Saved while the files are placed: nothing waits for it but
 		// the end of Run.
 		saved := make(chan struct{})

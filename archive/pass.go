@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -178,10 +179,34 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 			}
 		}
 	}
-	stream := a.blocks.Stream(ctx, 0)
+	// A pass that stopped early kept a partial index: this one resumes
+	// at its latest checkpoint and fetches only the rest.
+	partial := partialPath(a.opts.CacheDir, a.base.String(), a.Identity())
+	resume, err := index.LoadPartial(partial, a.Identity())
+	switch {
+	case err == nil && !a.opts.Rebuild:
+		log.Info("resuming the index pass", "src", a.String(), "members", resume.Members(),
+			"done", fmt.Sprintf("%.0f%%", 100*float64(resume.In())/float64(max(size, 1))))
+	case err != nil && !errors.Is(err, index.ErrNoPartial):
+		log.Warn("could not read the partial index: the pass starts from the beginning", "path", partial, "err", err)
+		fallthrough
+	default:
+		resume = nil
+	}
+	var from int64
+	if resume != nil {
+		from = resume.In()
+	}
+	stream := a.blocks.Stream(ctx, from)
 	defer stream.Close()
 	pp := &a.passProg
 	pp.begin(start)
+	if resume != nil {
+		pp.read.Store(from)
+		pp.base.Store(from)
+		pp.members.Store(int64(resume.Members()))
+		pp.resumed.Store(true)
+	}
 	var seenFiles, seenBytes *atomic.Int64
 	if a.bg != nil {
 		seenFiles, seenBytes = &a.bg.seenFiles, &a.bg.seenBytes
@@ -197,7 +222,8 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 		}
 		return stage(h, data)
 	}
-	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, Live: live, OnMember: onMember, OnProgress: progress}
+	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, Live: live, OnMember: onMember, OnProgress: progress,
+		Resume: resume, Partial: partial}
 	if decoded != nil {
 		bopts.Local = decoded
 	}
@@ -219,9 +245,11 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 // writes it, any goroutine reads it: every field is atomic.
 type passProgress struct {
 	start, end atomic.Int64 // Unix nanoseconds; 0 before the pass started, and while it runs
-	read       atomic.Int64 // bytes of the archive as stored read by the pass
-	members    atomic.Int64 // archive members (tar headers) read by the pass
+	read       atomic.Int64 // bytes of the archive as stored read by the pass (from the start, when resumed)
+	members    atomic.Int64 // archive members (tar headers) read by the pass (and the one it resumed)
 	ok         atomic.Bool  // the pass ended and succeeded
+	resumed    atomic.Bool  // the pass resumed where an earlier one stopped
+	base       atomic.Int64 // read when it resumed: not read by this pass
 }
 
 func (p *passProgress) begin(t time.Time) {
@@ -229,6 +257,8 @@ func (p *passProgress) begin(t time.Time) {
 	p.members.Store(0)
 	p.end.Store(0)
 	p.ok.Store(false)
+	p.resumed.Store(false)
+	p.base.Store(0)
 	p.start.Store(t.UnixNano())
 }
 
@@ -246,7 +276,8 @@ func (p *passProgress) status(size int64) *PassStatus {
 	}
 	// end before the counts: a pass seen ended has its final counts.
 	end, ok := p.end.Load(), p.ok.Load()
-	ps := &PassStatus{BytesRead: p.read.Load(), BytesTotal: size, Entries: p.members.Load(), Running: end == 0}
+	ps := &PassStatus{BytesRead: p.read.Load(), BytesTotal: size, Entries: p.members.Load(), Running: end == 0,
+		ResumedFrom: p.base.Load()}
 	now := time.Now().UnixNano()
 	if end != 0 {
 		now = end
@@ -257,7 +288,7 @@ func (p *passProgress) status(size int64) *PassStatus {
 		ps.Percent = min(100, 100*float64(ps.BytesRead)/float64(size))
 	}
 	if elapsed > 0 {
-		ps.RateBytesPerSecond = float64(ps.BytesRead) / elapsed
+		ps.RateBytesPerSecond = float64(ps.BytesRead-p.base.Load()) / elapsed
 	}
 	switch {
 	case ok:

@@ -33,6 +33,13 @@ func SavedPath(cacheDir, name string, id fetch.Identity) string {
 	return savedPrefix(cacheDir, name) + id.Key() + ".idx"
 }
 
+// partialPath is where the first pass over the archive named name, at
+// identity id, keeps its partial index while it runs, for a later pass to
+// resume if it stops early (index.PartialLog).
+func partialPath(cacheDir, name string, id fetch.Identity) string {
+	return savedPrefix(cacheDir, name) + id.Key() + ".partial"
+}
+
 // savedPrefix is what the names of the saved indexes of the archive
 // named name start with.
 func savedPrefix(dir, name string) string {

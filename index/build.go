@@ -47,6 +47,16 @@ type BuildOptions struct {
 	// fails (the caller then calls Live.Serve with a Reader of the
 	// index).
 	Live *Live
+	// Resume, if set, is the partial index of an earlier pass over the
+	// same object that stopped early (LoadPartial): r then yields the
+	// object from Resume.In() on, and the pass goes on from there with
+	// Resume's span. OnMember sees only the members after it.
+	Resume *Partial
+	// Partial, if not "", is where the pass keeps its partial index as it
+	// goes (it continues Resume's), for a codec whose pass can resume:
+	// Build removes it when the pass ends or fails for good, and leaves
+	// it when ctx stops the pass (or the process dies).
+	Partial string
 }
 
 // Build reads the whole archive from r, which yields the object as stored
@@ -78,12 +88,21 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		log = slog.New(slog.DiscardHandler)
 	}
 	pr := &peekReader{r: r}
-	codec, head, err := sniffStream(pr)
-	if err != nil {
-		return nil, fmt.Errorf("read archive start: %w", err)
-	}
-	if !codec.known() {
-		return nil, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
+	p := opts.Resume
+	var codec Codec
+	if p != nil {
+		if !p.Source.Equal(id) {
+			return nil, fmt.Errorf("%w: the partial index was built for %s", ErrIdentity, p.Source)
+		}
+		codec, opts.Span, pr.consumed = p.Codec, p.Span, p.In()
+	} else {
+		var head []byte
+		if codec, head, err = sniffStream(pr); err != nil {
+			return nil, fmt.Errorf("read archive start: %w", err)
+		}
+		if !codec.known() {
+			return nil, fmt.Errorf("%w: %s", ErrUnsupported, describe(head))
+		}
 	}
 	b := newBuilder(log)
 	ix = b.ix
@@ -97,18 +116,40 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		rec.live = opts.Live
 		add = opts.Live.add
 	}
+	plog, err := openPartialLog(opts.Partial, id, codec, opts.Span, p)
+	if err != nil {
+		log.Warn("could not keep a partial index: an interrupted pass starts again", "path", opts.Partial, "err", err)
+	}
+	if plog != nil {
+		defer func() { plog.end(ctx, err, log) }()
+	}
 	var tarStream io.Reader = pr
 	var dec passDecoder
 	if codec.compressed() {
 		var stop func()
-		if dec, stop, err = newPass(pr, codec, rec); err != nil {
+		if p != nil {
+			dec, stop, err = resumePass(pr, p, rec, add)
+		} else {
+			dec, stop, err = newPass(pr, codec, rec)
+		}
+		if err != nil {
 			return nil, err
 		}
 		defer stop() // what the decoder runs, when the build ends early
 		tarStream = dec
+	} else if p != nil {
+		if err := replay(p, add); err != nil {
+			return nil, err
+		}
 	}
-
-	sc := tarscan.NewScanner(tarStream, opts.Limits)
+	var sc *tarscan.Scanner
+	if p != nil {
+		if sc, err = tarscan.NewScannerAt(tarStream, opts.Limits, p.scan); err != nil {
+			return nil, err
+		}
+	} else {
+		sc = tarscan.NewScanner(tarStream, opts.Limits)
+	}
 	for n := 0; ; n++ {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -123,10 +164,13 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			break
 		}
 		if err != nil {
-			if codec.compressed() && n == 0 && errors.Is(err, tarscan.ErrNotTar) {
+			if codec.compressed() && n == 0 && p == nil && errors.Is(err, tarscan.ErrNotTar) {
 				return nil, fmt.Errorf("%w: %s stream does not hold a tar archive", ErrUnsupported, codec)
 			}
 			return nil, err
+		}
+		if plog != nil {
+			plog.member(ix, sc.State(), h)
 		}
 		if opts.OnMember != nil {
 			if err := opts.OnMember(h, sc); err != nil {
@@ -151,6 +195,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			return nil, rec.err
 		}
 		rec.finish()
+		rec.dropSums()
 		ix.TarSize = tarSize
 		ix.End = CompressedOffset(end)
 		if t, ok := dec.(trailer); ok && t.trailing() != "" {
@@ -168,4 +213,61 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		opts.Live.finished(b.newID, nil)
 	}
 	return ix, nil
+}
+
+// resumePass replays the members of p and its checkpoints into the index
+// being built (through add and rec), and returns the pass decoder resumed
+// at p's latest checkpoint, with the tar stream up to the next member
+// already read: pr yields the object from that checkpoint on.
+func resumePass(pr *peekReader, p *Partial, rec *recorder, add func(*tarscan.Header) error) (passDecoder, func(), error) {
+	if !p.Codec.resumable() || len(p.checkpoints) == 0 {
+		return nil, nop, fmt.Errorf("%w: %s passes cannot resume", ErrUnsupported, p.Codec)
+	}
+	if err := replay(p, add); err != nil {
+		return nil, nop, err
+	}
+	cp := p.checkpoints[len(p.checkpoints)-1]
+	rec.publish(func() {
+		rec.ix.Checkpoints = append(rec.ix.Checkpoints, p.checkpoints...)
+		rec.ix.Digests = append(rec.ix.Digests, p.digests...)
+	})
+	rec.out = int64(cp.Out)
+	window, err := decompressWindow(cp.window)
+	if err != nil {
+		return nil, nop, err
+	}
+	dec, stop, err := p.Codec.def().resume(pr, cp, window, rec)
+	if err != nil {
+		return nil, nop, err
+	}
+	if skip := p.scan.Offset - int64(cp.Out); skip > 0 {
+		if _, err := io.CopyN(io.Discard, dec, skip); err != nil {
+			stop()
+			return nil, nop, fmt.Errorf("%w: resume at %d: %v", ErrCorrupt, cp.Out, err)
+		}
+	}
+	return dec, stop, nil
+}
+
+// replay adds the members of p to the index being built.
+func replay(p *Partial, add func(*tarscan.Header) error) error {
+	for _, h := range p.headers {
+		if err := add(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openPartialLog opens the partial index at path for a pass over id in
+// codec (continuing p's, if not nil); nil without a path, or when the
+// codec's pass cannot resume.
+func openPartialLog(path string, id fetch.Identity, codec Codec, span int64, p *Partial) (*PartialLog, error) {
+	if path == "" || !codec.resumable() {
+		return nil, nil
+	}
+	if p != nil {
+		return AppendPartialLog(path, p)
+	}
+	return CreatePartialLog(path, id, codec, span)
 }

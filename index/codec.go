@@ -41,6 +41,12 @@ type codec struct {
 	// the background when the pass ends early. Nil for a plain tar, whose
 	// stream is scanned as it is stored.
 	newPass func(r io.Reader, rec *recorder) (passDecoder, func(), error)
+	// resume returns the index pass decoder over r, which yields the
+	// object from cp.In on, resumed at checkpoint cp (window is the
+	// output before it, decompressed), as newPass. Nil when the pass
+	// cannot start at a checkpoint: no partial index is kept for the
+	// codec (partial.go).
+	resume func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error)
 	// decodeSpan decodes one span from its checkpoint (a plain tar has
 	// no checkpoints: its bytes are read where they lie).
 	decodeSpan spanDecoder
@@ -79,10 +85,13 @@ type trailer interface{ trailing() string }
 // tar, recognized by a header checksum rather than by a magic number, last.
 var registry = []codec{
 	{
-		id:         CodecGzip,
-		name:       "gzip",
-		sniff:      startsWith(magicGzip),
-		newPass:    func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newGzipPass(r, rec), nil) },
+		id:      CodecGzip,
+		name:    "gzip",
+		sniff:   startsWith(magicGzip),
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newGzipPass(r, rec), nil) },
+		resume: func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error) {
+			return passOf(newGzipPassAt(r, cp, window, rec))
+		},
 		decodeSpan: decodeGzipSpan,
 		kinds:      []inflate.Kind{inflate.KindMember, inflate.KindBlock},
 	},
@@ -217,6 +226,11 @@ func (c Codec) StreamOnlyReason() string {
 
 // kindAllowed reports whether a checkpoint of kind k may appear in an
 // archive compressed with c.
+// resumable reports whether a pass over an archive in c can resume from a
+// partial index: a plain tar at any member, a compressed one when its
+// pass can start at a checkpoint.
+func (c Codec) resumable() bool { return !c.compressed() || c.def().resume != nil }
+
 func kindAllowed(c Codec, k inflate.Kind) bool { return slices.Contains(c.def().kinds, k) }
 
 func nop() {}

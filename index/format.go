@@ -12,6 +12,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/inflate"
 )
 
@@ -76,6 +77,33 @@ func (ix *Index) Marshal() ([]byte, error) {
 
 type encoder struct{ buf []byte }
 
+func encodeIdentity(e *encoder, id fetch.Identity) {
+	e.uvarint(uint64(id.Size))
+	e.raw(id.ETag)
+	var lm int64
+	if !id.LastModified.IsZero() {
+		lm = id.LastModified.UnixNano()
+	}
+	e.varint(lm)
+	e.raw(id.VersionID)
+}
+
+func encodeCheckpoint(e *encoder, cp Checkpoint) {
+	e.byte(uint8(cp.Kind))
+	e.uvarint(uint64(cp.In))
+	e.byte(cp.Bit)
+	e.byte(cp.Flags)
+	e.uvarint(uint64(cp.Out))
+	e.raw(string(cp.window))
+}
+
+func encodeDigests(e *encoder, ds []uint64) {
+	e.uvarint(uint64(len(ds)))
+	for _, d := range ds {
+		e.buf = binary.LittleEndian.AppendUint64(e.buf, d)
+	}
+}
+
 func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
 func (e *encoder) varint(v int64)   { e.buf = binary.AppendVarint(e.buf, v) }
 func (e *encoder) byte(v uint8)     { e.buf = append(e.buf, v) }
@@ -109,31 +137,16 @@ func (t *strtab) ref(s string) strRef {
 
 func (ix *Index) payload() []byte {
 	e := &encoder{buf: make([]byte, 0, 64+len(ix.strtab)+len(ix.recs)*24+len(ix.dirents)*8)}
-	e.uvarint(uint64(ix.Source.Size))
-	e.raw(ix.Source.ETag)
-	var lm int64
-	if !ix.Source.LastModified.IsZero() {
-		lm = ix.Source.LastModified.UnixNano()
-	}
-	e.varint(lm)
-	e.raw(ix.Source.VersionID)
+	encodeIdentity(e, ix.Source)
 	e.byte(uint8(ix.Codec))
 	e.uvarint(uint64(ix.TarSize))
 	e.uvarint(uint64(ix.Span))
 	e.uvarint(uint64(ix.End))
 	e.uvarint(uint64(len(ix.Checkpoints)))
 	for _, cp := range ix.Checkpoints {
-		e.byte(uint8(cp.Kind))
-		e.uvarint(uint64(cp.In))
-		e.byte(cp.Bit)
-		e.byte(cp.Flags)
-		e.uvarint(uint64(cp.Out))
-		e.raw(string(cp.window))
+		encodeCheckpoint(e, cp)
 	}
-	e.uvarint(uint64(len(ix.Digests)))
-	for _, d := range ix.Digests {
-		e.buf = binary.LittleEndian.AppendUint64(e.buf, d)
-	}
+	encodeDigests(e, ix.Digests)
 	e.raw(ix.strtab)
 	e.uvarint(uint64(len(ix.owners)))
 	for _, o := range ix.owners {

@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math"
 
@@ -17,11 +18,33 @@ type gzipPass struct {
 
 func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
 	g := &gzipPass{rec: rec}
-	g.Reader = inflate.NewReader(r, inflate.Options{
+	g.Reader = inflate.NewReader(r, g.options())
+	return g
+}
+
+// newGzipPassAt resumes the pass at cp, window the output before it; r
+// yields the stream from cp.In on. The member it enters has its trailer
+// checked with the sums the first pass recorded at cp.
+func newGzipPassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*gzipPass, error) {
+	g := &gzipPass{rec: rec}
+	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window,
+		Sums: cp.sums, CRC: cp.crc, Size: cp.size}
+	var err error
+	if g.Reader, err = inflate.NewReaderAt(r, icp, g.options()); err != nil {
+		return nil, fmt.Errorf("%w: resume at checkpoint %d: %v", ErrCorrupt, cp.In, err)
+	}
+	return g, nil
+}
+
+// options makes the inflater report its output and checkpoints to g.rec.
+func (g *gzipPass) options() inflate.Options {
+	rec := g.rec
+	return inflate.Options{
 		Span:   rec.span,
 		OnData: rec.write,
 		OnCheckpoint: func(cp inflate.Checkpoint) {
-			c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
+			c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out),
+				sums: cp.Sums, crc: cp.CRC, size: cp.Size}
 			if len(cp.Window) > 0 {
 				var err error
 				if c.window, err = compressWindow(cp.Window); err != nil && g.err == nil {
@@ -30,8 +53,7 @@ func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
 			}
 			rec.mark(c)
 		},
-	})
-	return g
+	}
 }
 
 func (g *gzipPass) finish() (int64, int64, error) {

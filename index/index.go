@@ -42,6 +42,11 @@ type Checkpoint struct {
 	// window is the preceding output, compressed with DEFLATE (nil when
 	// there is none).
 	window []byte
+	// sums, crc and size are inflate's (Checkpoint.Sums): what a gzip
+	// pass resumed here needs to check the member's trailer. Kept in a
+	// partial index only.
+	sums      bool
+	crc, size uint32
 }
 
 // Index describes one archive. It is immutable once built or loaded and

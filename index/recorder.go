@@ -182,6 +182,17 @@ func (r *recorder) endTentative() {
 	r.pending = r.pending[:0]
 }
 
+// dropSums forgets the gzip member checksums at the checkpoints, which
+// only a partial index keeps: an index is the same however it was made.
+func (r *recorder) dropSums() {
+	r.publish(func() {
+		for i := range r.ix.Checkpoints {
+			cp := &r.ix.Checkpoints[i]
+			cp.sums, cp.crc, cp.size = false, 0, 0
+		}
+	})
+}
+
 // finish closes the last span.
 func (r *recorder) finish() {
 	r.publish(func() {

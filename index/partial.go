@@ -1,0 +1,463 @@
+package index
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index/inflate"
+	"github.com/tarmount/tarmount/index/tarscan"
+)
+
+// A partial index: what a first pass that stopped early (unmount, a
+// signal, a crash) had built, so that the next pass over the same object
+// resumes where it stood and fetches only the rest. The pass appends to
+// it as it goes (PartialLog), so that a crash loses at most the last span:
+//
+//	magic "TARMOUNT-PART\n\0\0" (16 bytes), version u32 LE
+//	records, each: type (byte), payload length (uvarint), payload,
+//	               CRC-32C of the payload (u32 LE)
+//	  'I' once, first: identity (as in the index file), codec, span
+//	  'H' a member's header (tarscan.Header, PAX left out), in archive order
+//	  'R' a resume point: the members before it (count), where the next
+//	      member starts (offset, pax global records in force), the
+//	      checkpoints (with a gzip member's checksums so far) and span
+//	      digests recorded since the previous 'R'
+//
+// A resume point is written at the first member header after each new
+// checkpoint (every span of a plain tar): the pass resumes at its latest
+// checkpoint, decodes to the member's header and scans on from there. The
+// checkpoint's span digest is computed again, and so are the later
+// checkpoints: a resumed pass ends with the same index as one that never
+// stopped. A torn or damaged record ends the file: the latest resume point
+// before it is used. Only codecs whose pass can start at a checkpoint
+// write one (codec.resume).
+
+const (
+	partialVersion = 1
+	partialMagic   = "TARMOUNT-PART\n\x00\x00"
+)
+
+// Record types of a partial index.
+const (
+	recIdentity = 'I'
+	recHeader   = 'H'
+	recResume   = 'R'
+)
+
+// ErrNoPartial is returned by LoadPartial when there is no partial index
+// to resume from: no file, one for another version of the object, or one
+// without a resume point.
+var ErrNoPartial = errors.New("index: no partial index to resume from")
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// Partial is a partial index read back (LoadPartial), to resume a pass
+// with BuildOptions.Resume.
+type Partial struct {
+	Source fetch.Identity
+	Codec  Codec
+	Span   int64
+
+	headers     []*tarscan.Header // members before scan.Offset
+	checkpoints []Checkpoint      // up to the one the pass resumes at
+	digests     []uint64          // of the spans before it
+	scan        tarscan.State
+	end         int64 // file offset after the latest resume point
+}
+
+// In is where the resumed pass reads the archive as stored from: its
+// latest checkpoint, or for a plain tar the next member.
+func (p *Partial) In() int64 {
+	if n := len(p.checkpoints); n > 0 {
+		return int64(p.checkpoints[n-1].In)
+	}
+	return p.scan.Offset
+}
+
+// Members is the number of members the pass had read.
+func (p *Partial) Members() int { return len(p.headers) }
+
+// ScanOffset is where the next member starts in the tar stream.
+func (p *Partial) ScanOffset() int64 { return p.scan.Offset }
+
+// LoadPartial reads the partial index at path, if it was written for the
+// object id and holds a resume point; else it fails with ErrNoPartial (or
+// a read error).
+func LoadPartial(path string, id fetch.Identity) (*Partial, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNoPartial
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(data) < len(partialMagic)+4 || string(data[:len(partialMagic)]) != partialMagic ||
+		binary.LittleEndian.Uint32(data[len(partialMagic):]) != partialVersion {
+		return nil, fmt.Errorf("%w: %s is not a partial index of this version", ErrNoPartial, path)
+	}
+	pos := len(partialMagic) + 4
+	p := &Partial{}
+	var headers []*tarscan.Header
+	known := false
+	for pos < len(data) {
+		typ, payload, next, ok := nextRecord(data, pos)
+		if !ok {
+			break // torn or damaged: what came before stands
+		}
+		pos = next
+		d := &decoder{buf: payload}
+		switch {
+		case typ == recIdentity && !known:
+			p.Source = decodeIdentity(d)
+			p.Codec = Codec(d.byte("codec"))
+			p.Span = int64(d.uvarint("span"))
+			if d.err != nil || !p.Source.Equal(id) || !p.Codec.known() {
+				return nil, fmt.Errorf("%w: %s was written for another version of the archive", ErrNoPartial, path)
+			}
+			known = true
+		case typ == recHeader && known:
+			h := decodeHeader(d)
+			if d.err != nil {
+				return finishPartial(p, path)
+			}
+			headers = append(headers, h)
+		case typ == recResume && known:
+			if !p.applyResume(d, headers) {
+				return finishPartial(p, path)
+			}
+			p.end = int64(pos)
+		default:
+			return finishPartial(p, path)
+		}
+	}
+	return finishPartial(p, path)
+}
+
+// finishPartial returns p if it holds a resume point.
+func finishPartial(p *Partial, path string) (*Partial, error) {
+	if p.end == 0 {
+		return nil, fmt.Errorf("%w: %s has no resume point", ErrNoPartial, path)
+	}
+	return p, nil
+}
+
+// nextRecord returns the record at pos, and where the next one starts.
+func nextRecord(data []byte, pos int) (typ byte, payload []byte, next int, ok bool) {
+	if pos >= len(data) {
+		return 0, nil, 0, false
+	}
+	typ = data[pos]
+	n, k := binary.Uvarint(data[pos+1:])
+	if k <= 0 || n > uint64(len(data)) {
+		return 0, nil, 0, false
+	}
+	start := pos + 1 + k
+	end := start + int(n)
+	if end+4 > len(data) {
+		return 0, nil, 0, false
+	}
+	payload = data[start:end]
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(data[end:]) {
+		return 0, nil, 0, false
+	}
+	return typ, payload, end + 4, true
+}
+
+// applyResume reads a resume point whose members are headers[:count]; it
+// reports false when the record is not valid.
+func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header) bool {
+	count := d.uvarint("members")
+	var st tarscan.State
+	st.Offset = int64(d.uvarint("scan offset"))
+	for range d.count("global records", 1) {
+		st.Global = append(st.Global, d.raw("global record"))
+	}
+	cps := append([]Checkpoint(nil), p.checkpoints...)
+	for range d.count("checkpoints", 5) {
+		cp := Checkpoint{Kind: inflate.Kind(d.byte("kind")), In: CompressedOffset(d.uvarint("in")), Bit: d.byte("bit"),
+			Flags: d.byte("flags"), Out: UncompressedOffset(d.uvarint("out"))}
+		if w := d.raw("window"); w != "" {
+			cp.window = []byte(w)
+		}
+		if cp.sums = d.byte("sums") == 1; cp.sums {
+			cp.crc, cp.size = uint32(d.uvarint("crc")), uint32(d.uvarint("size"))
+		}
+		cps = append(cps, cp)
+	}
+	digests := append([]uint64(nil), p.digests...)
+	for range d.count("digests", 8) {
+		digests = append(digests, binary.LittleEndian.Uint64(d.bytes("digest", 8)))
+	}
+	for i := len(p.checkpoints); i < len(cps); i++ {
+		if cp := cps[i]; cp.Bit > 7 || !kindAllowed(p.Codec, cp.Kind) || i == 0 && cp.Out != 0 || i > 0 && cp.Out <= cps[i-1].Out {
+			return false
+		}
+	}
+	switch {
+	case d.err != nil, count > uint64(len(headers)):
+		return false
+	case p.Codec.compressed() && (len(cps) == 0 || len(digests) != len(cps)-1 || int64(cps[len(cps)-1].Out) > st.Offset):
+		return false
+	case !p.Codec.compressed() && len(cps) != 0:
+		return false
+	}
+	p.headers, p.checkpoints, p.digests, p.scan = headers[:count], cps, digests, st
+	return true
+}
+
+// PartialLog appends to a partial index during a pass (BuildOptions.Log).
+// Write errors are reported once, by Close; the pass goes on without it.
+// It is not safe for concurrent use: the pass writes it.
+type PartialLog struct {
+	path    string
+	f       *os.File
+	w       *bufio.Writer
+	buf     []byte
+	err     error
+	members int   // headers written
+	cps     int   // checkpoints written
+	digests int   // digests written
+	lastOut int64 // plain tar: scan offset of the latest resume point
+}
+
+// CreatePartialLog starts a new partial index at path (replacing one that
+// is there) for a pass over the object id in codec, with checkpoints every
+// span bytes.
+func CreatePartialLog(path string, id fetch.Identity, codec Codec, span int64) (*PartialLog, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	l := &PartialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10)}
+	var head [len(partialMagic) + 4]byte
+	copy(head[:], partialMagic)
+	binary.LittleEndian.PutUint32(head[len(partialMagic):], partialVersion)
+	l.w.Write(head[:])
+	e := &encoder{}
+	encodeIdentity(e, id)
+	e.byte(uint8(codec))
+	e.uvarint(uint64(span))
+	l.record(recIdentity, e.buf)
+	return l, l.flush()
+}
+
+// AppendPartialLog continues the partial index at path that p was read
+// from, after its latest resume point (what followed it is dropped).
+func AppendPartialLog(path string, p *Partial) (*PartialLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(p.end); err == nil {
+		_, err = f.Seek(p.end, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &PartialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), members: len(p.headers),
+		cps: len(p.checkpoints), digests: len(p.digests), lastOut: p.scan.Offset}, nil
+}
+
+// record appends one record.
+func (l *PartialLog) record(typ byte, payload []byte) {
+	if l.err != nil {
+		return
+	}
+	l.buf = append(l.buf[:0], typ)
+	l.buf = binary.AppendUvarint(l.buf, uint64(len(payload)))
+	l.buf = append(l.buf, payload...)
+	l.buf = binary.LittleEndian.AppendUint32(l.buf, crc32.Checksum(payload, crcTable))
+	_, l.err = l.w.Write(l.buf)
+}
+
+// header logs the next member.
+func (l *PartialLog) header(h *tarscan.Header) {
+	e := &encoder{buf: l.buf[:0]}
+	encodeHeader(e, h)
+	payload := append([]byte(nil), e.buf...)
+	l.record(recHeader, payload)
+	l.members++
+}
+
+// resumeAt returns the checkpoint of ix that a pass resumes at to scan
+// the member that starts at off: the latest at or before off (-1: none).
+func resumeAt(ix *Index, off int64) int {
+	k := len(ix.Checkpoints) - 1
+	for k >= 0 && int64(ix.Checkpoints[k].Out) > off {
+		k--
+	}
+	return k
+}
+
+// due reports whether the member starting at st.Offset gives a new
+// resume point: a checkpoint at or before it not logged yet (for a plain
+// tar, a span since the latest resume point).
+func (l *PartialLog) due(ix *Index, st tarscan.State) bool {
+	if !ix.Codec.compressed() {
+		return st.Offset-l.lastOut >= ix.Span
+	}
+	return resumeAt(ix, st.Offset) >= l.cps
+}
+
+// resume logs a resume point at st, before the member that starts there
+// (due said so), and makes it durable against a crash of the process.
+func (l *PartialLog) resume(ix *Index, st tarscan.State) {
+	k := resumeAt(ix, st.Offset) // -1 for a plain tar
+	e := &encoder{}
+	e.uvarint(uint64(l.members))
+	e.uvarint(uint64(st.Offset))
+	e.uvarint(uint64(len(st.Global)))
+	for _, g := range st.Global {
+		e.raw(g)
+	}
+	e.uvarint(uint64(k + 1 - l.cps))
+	for _, cp := range ix.Checkpoints[l.cps : k+1] {
+		encodeCheckpoint(e, cp)
+		if !cp.sums {
+			e.byte(0)
+			continue
+		}
+		e.byte(1)
+		e.uvarint(uint64(cp.crc))
+		e.uvarint(uint64(cp.size))
+	}
+	digests := max(k, 0) // of the spans before checkpoint k
+	encodeDigests(e, ix.Digests[l.digests:digests])
+	l.record(recResume, e.buf)
+	if err := l.flush(); err == nil {
+		l.cps, l.digests, l.lastOut = k+1, digests, st.Offset
+	}
+}
+
+// member logs the member h that the scan, now at st, returned, after a
+// resume point before it when one is due.
+func (l *PartialLog) member(ix *Index, st tarscan.State, h *tarscan.Header) {
+	if l.err != nil {
+		return
+	}
+	if l.due(ix, st) {
+		l.resume(ix, st)
+	}
+	l.header(h)
+}
+
+// end closes the log of a pass that ended with err: it stays, for the
+// next pass to resume, only when ctx stopped the pass.
+func (l *PartialLog) end(ctx context.Context, err error, log *slog.Logger) {
+	if err != nil && ctx.Err() != nil {
+		if cerr := l.Close(); cerr != nil {
+			log.Warn("could not keep the partial index: the next pass starts again", "path", l.path, "err", cerr)
+		}
+		return
+	}
+	l.Remove()
+}
+
+func (l *PartialLog) flush() error {
+	if l.err == nil {
+		l.err = l.w.Flush()
+	}
+	return l.err
+}
+
+// Close writes what is buffered and closes the file; it returns the first
+// write error.
+func (l *PartialLog) Close() error {
+	err := l.flush()
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Remove closes the log and removes its file: the pass ended (its index
+// is saved) or failed for good.
+func (l *PartialLog) Remove() error {
+	l.f.Close()
+	return os.Remove(l.path)
+}
+
+func decodeIdentity(d *decoder) fetch.Identity {
+	id := fetch.Identity{Size: int64(d.uvarint("size")), ETag: d.raw("etag")}
+	if lm := d.varint("last-modified"); lm != 0 {
+		id.LastModified = time.Unix(0, lm)
+	}
+	id.VersionID = d.raw("version id")
+	return id
+}
+
+func encodeHeader(e *encoder, h *tarscan.Header) {
+	e.raw(h.Name)
+	e.raw(h.Linkname)
+	e.byte(h.Typeflag)
+	e.varint(h.Mode)
+	e.varint(h.UID)
+	e.varint(h.GID)
+	e.raw(h.Uname)
+	e.raw(h.Gname)
+	e.varint(h.Size)
+	e.varint(h.MTime)
+	e.varint(h.ATime)
+	e.varint(h.CTime)
+	var flags uint8
+	if h.HasATime {
+		flags |= 1
+	}
+	if h.HasCTime {
+		flags |= 2
+	}
+	if h.Sparse != nil {
+		flags |= 4
+	}
+	e.byte(flags)
+	e.varint(h.Devmajor)
+	e.varint(h.Devminor)
+	e.uvarint(uint64(len(h.Xattrs)))
+	for _, x := range h.Xattrs {
+		e.raw(x.Name)
+		e.raw(x.Value)
+	}
+	e.uvarint(uint64(len(h.Sparse)))
+	for _, c := range h.Sparse {
+		e.varint(c.Offset)
+		e.varint(c.Length)
+	}
+	e.varint(h.DataOffset)
+	e.varint(h.StoredSize)
+	e.varint(h.HeaderOffset)
+}
+
+func decodeHeader(d *decoder) *tarscan.Header {
+	h := &tarscan.Header{Name: d.raw("name"), Linkname: d.raw("linkname"), Typeflag: d.byte("type"),
+		Mode: d.varint("mode"), UID: d.varint("uid"), GID: d.varint("gid"), Uname: d.raw("uname"), Gname: d.raw("gname"),
+		Size: d.varint("size"), MTime: d.varint("mtime"), ATime: d.varint("atime"), CTime: d.varint("ctime")}
+	flags := d.byte("flags")
+	h.HasATime, h.HasCTime = flags&1 != 0, flags&2 != 0
+	h.Devmajor, h.Devminor = d.varint("devmajor"), d.varint("devminor")
+	for range d.count("xattrs", 2) {
+		h.Xattrs = append(h.Xattrs, tarscan.Xattr{Name: d.raw("xattr name"), Value: d.raw("xattr value")})
+	}
+	n := d.count("sparse", 2)
+	if flags&4 != 0 {
+		h.Sparse = make([]tarscan.SparseChunk, 0, n)
+	}
+	for range n {
+		h.Sparse = append(h.Sparse, tarscan.SparseChunk{Offset: d.varint("sparse offset"), Length: d.varint("sparse length")})
+	}
+	h.DataOffset, h.StoredSize, h.HeaderOffset = d.varint("data offset"), d.varint("stored size"), d.varint("header offset")
+	return h
+}

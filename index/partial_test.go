@@ -1,0 +1,203 @@
+package index
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index/inflate"
+	"github.com/tarmount/tarmount/index/tarscan"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+)
+
+// resumeMembers is an archive of many small and some large members, with
+// a pax global header, so that passes stop between and inside members.
+func resumeMembers() []member {
+	var ms []member
+	for i := range 300 {
+		size := 3000 + i*37
+		if i%50 == 7 {
+			size = 1 << 20
+		}
+		ms = append(ms, member{name: fmt.Sprintf("d%d/f%03d.txt", i%7, i), data: randomData(uint64(i), size), mode: 0o644})
+	}
+	ms = append(ms, member{name: "d1/link", link: "d1/f001.txt", typ: tarscan.TypeSymlink})
+	ms = append(ms, member{name: "d2/hard", link: "d2/f002.txt", typ: tarscan.TypeLink})
+	return ms
+}
+
+// TestResumePass: a pass that ctx stops keeps a partial index; the next
+// pass resumes from it, reads the object only from its latest checkpoint
+// (the next member, for a plain tar) on, and ends with the same index as
+// a pass that never stopped. A pass that ends removes the partial index.
+func TestResumePass(t *testing.T) {
+	raw := tarBytes(t, resumeMembers())
+	for _, c := range []struct {
+		name string
+		obj  []byte
+	}{
+		{"gzip", tarbuild.GzipLevel(raw, 6)},
+		{"gzip-members", tarbuild.GzipMembers(raw, 300<<10, 6)},
+		{"plain", raw},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := fetch.Identity{Size: int64(len(c.obj)), ETag: `"v1"`}
+			const span = 256 << 10
+			full, err := Build(context.Background(), bytes.NewReader(c.obj), id, BuildOptions{Span: span})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := full.Marshal()
+			path := filepath.Join(t.TempDir(), "p.partial")
+			for _, stopAt := range []int{150, 260} {
+				ctx, cancel := context.WithCancel(context.Background())
+				seen := 0
+				opts := BuildOptions{Span: span, Partial: path, OnMember: func(*tarscan.Header, io.Reader) error {
+					if seen++; seen == stopAt {
+						cancel() // as the source's reads would fail
+						return ctx.Err()
+					}
+					return nil
+				}}
+				var r io.Reader = bytes.NewReader(c.obj)
+				p, err := LoadPartial(path, id)
+				if err == nil {
+					opts.Resume = p
+					r = bytes.NewReader(c.obj[p.In():])
+					seen = p.Members()
+				} else if !errors.Is(err, ErrNoPartial) {
+					t.Fatal(err)
+				}
+				if _, err := Build(ctx, r, id, opts); !errors.Is(err, context.Canceled) {
+					t.Fatalf("a pass stopped at member %d: got %v, want it cancelled", stopAt, err)
+				}
+				cancel()
+			}
+			p, err := LoadPartial(path, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Members() < 200 || p.In() <= 0 || p.In() >= int64(len(c.obj)) {
+				t.Fatalf("partial index after two stopped passes: %d members, resumes at %d of %d", p.Members(), p.In(), len(c.obj))
+			}
+			if _, err := LoadPartial(path, fetch.Identity{Size: id.Size, ETag: `"v2"`}); !errors.Is(err, ErrNoPartial) {
+				t.Errorf("partial index for another version: got %v, want ErrNoPartial", err)
+			}
+			read := &countedReader{r: bytes.NewReader(c.obj[p.In():])}
+			got, err := Build(context.Background(), read, id, BuildOptions{Span: span, Partial: path, Resume: p})
+			if err != nil {
+				t.Fatalf("resumed pass: %v", err)
+			}
+			if rest := int64(len(c.obj)) - p.In(); read.n > rest {
+				t.Errorf("the resumed pass read %d bytes, want at most the %d after its resume point", read.n, rest)
+			}
+			if b, _ := got.Marshal(); !bytes.Equal(b, want) {
+				t.Errorf("the resumed pass gave another index than a whole pass (%d entries, %d checkpoints; want %d, %d)",
+					got.Len(), len(got.Checkpoints), full.Len(), len(full.Checkpoints))
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("partial index after the pass ended: %v, want it removed", err)
+			}
+		})
+	}
+}
+
+// TestResumeChecksGzipTrailer: a gzip pass resumed in the middle of a
+// member still checks the member's CRC-32 at its end.
+func TestResumeChecksGzipTrailer(t *testing.T) {
+	obj := tarbuild.GzipLevel(tarBytes(t, resumeMembers()), 6)
+	id := fetch.Identity{Size: int64(len(obj))}
+	path := filepath.Join(t.TempDir(), "p.partial")
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := 0
+	Build(ctx, bytes.NewReader(obj), id, BuildOptions{Span: 256 << 10, Partial: path, OnMember: func(*tarscan.Header, io.Reader) error {
+		if seen++; seen == 200 {
+			cancel()
+			return ctx.Err()
+		}
+		return nil
+	}})
+	p, err := LoadPartial(path, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp := p.checkpoints[len(p.checkpoints)-1]; !cp.sums {
+		t.Fatalf("resume checkpoint %+v has no checksums", cp)
+	}
+	bad := bytes.Clone(obj)
+	bad[len(bad)-8] ^= 1 // the CRC-32 of the one member
+	_, err = Build(context.Background(), bytes.NewReader(bad[p.In():]), id, BuildOptions{Span: 256 << 10, Resume: p})
+	if !errors.Is(err, inflate.ErrCorrupt) {
+		t.Fatalf("resumed pass over a damaged trailer: got %v, want inflate.ErrCorrupt", err)
+	}
+}
+
+type countedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestPartialTorn: a partial index cut anywhere (a crash while it was
+// written) resumes from its latest whole resume point, or not at all,
+// and the pass then ends with the index of a whole pass.
+func TestPartialTorn(t *testing.T) {
+	obj := tarbuild.GzipLevel(tarBytes(t, resumeMembers()), 6)
+	id := fetch.Identity{Size: int64(len(obj))}
+	full, err := Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := full.Marshal()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.partial")
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := 0
+	Build(ctx, bytes.NewReader(obj), id, BuildOptions{Span: 256 << 10, Partial: path, OnMember: func(*tarscan.Header, io.Reader) error {
+		if seen++; seen == 250 {
+			cancel()
+			return ctx.Err()
+		}
+		return nil
+	}})
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := 0
+	for cut := 0; cut <= len(data); cut += max(len(data)/40, 1) {
+		torn := filepath.Join(dir, fmt.Sprintf("torn-%d", cut))
+		if err := os.WriteFile(torn, data[:cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := LoadPartial(torn, id)
+		if errors.Is(err, ErrNoPartial) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("cut at %d: %v", cut, err)
+		}
+		resumed++
+		got, err := Build(context.Background(), bytes.NewReader(obj[p.In():]), id, BuildOptions{Span: 256 << 10, Resume: p})
+		if err != nil {
+			t.Fatalf("cut at %d: resumed pass: %v", cut, err)
+		}
+		if b, _ := got.Marshal(); !bytes.Equal(b, want) {
+			t.Fatalf("cut at %d: the resumed pass gave another index than a whole pass", cut)
+		}
+	}
+	if resumed < 10 {
+		t.Errorf("%d of 41 cuts resumed, want most", resumed)
+	}
+}
