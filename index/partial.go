@@ -307,6 +307,9 @@ func resumeAt(ix *Index, off int64) int {
 // resume point: a checkpoint at or before it not logged yet (for a plain
 // tar, a span since the latest resume point).
 func (l *PartialLog) due(ix *Index, st tarscan.State) bool {
+	if l.members == 0 {
+		return false // resuming before the first member is starting again
+	}
 	if !ix.Codec.compressed() {
 		return st.Offset-l.lastOut >= ix.Span
 	}

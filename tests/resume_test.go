@@ -1,0 +1,76 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
+)
+
+// TestRemountResumesPass stops a mount during its first pass, by SIGTERM
+// (as an unmount at shutdown does) and by SIGKILL (a crash), and mounts
+// the archive again with the same cache: the second pass resumes where
+// the first stood, says so in its log, fetches only the rest of the
+// archive (and the block it resumes in), and serves the whole tree.
+func TestRemountResumesPass(t *testing.T) {
+	needFUSE(t)
+	s := newSlowArchive(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			work := t.TempDir()
+			cache := filepath.Join(work, "cache")
+			mnt := filepath.Join(work, "mnt")
+			os.Mkdir(mnt, 0o755)
+			t.Cleanup(func() {
+				if isMounted(mnt) {
+					exec.Command("umount", "-l", mnt).Run()
+				}
+			})
+			s.h.ResetStats()
+			// Stopped at about 60% of the pass, as the reader had what
+			// it needed.
+			// Checkpoints every 64 KiB of tar: the archive is small.
+			args := append([]string{s.url, mnt, "--mount-name", testMountName, "--cache-dir", cache, "--cache-disk", "0", "--span", "65536"},
+				s.slowFlags()...)
+			_, stderr := interrupt(t, args, sig, func(stderr string) bool {
+				return strings.Contains(stderr, "msg=ready") && s.h.Stats().Bytes > s.size*6/10
+			})
+			if strings.Contains(stderr, "msg=indexed") {
+				t.Fatalf("the pass ended before the signal: slow the server down\n%s", stderr)
+			}
+			if sig == syscall.SIGKILL {
+				// What a crash leaves: a dead mount, cleared as an
+				// operator would.
+				if out, err := exec.Command(binary, "unmount", mnt).CombinedOutput(); err != nil {
+					t.Fatalf("unmount after the crash: %v\n%s", err, out)
+				}
+			}
+			s.h.ResetStats()
+			// The same small blocks: the pass reads from the start of the
+			// block it resumes in.
+			m := mountAt(t, mnt, s.url, append([]string{"--cache-dir", cache, "--cache-disk", "0", "--wait-index", "--span", "65536"},
+				s.slowFlags()...)...)
+			log := m.stderr.String()
+			var done int64
+			if _, rest, ok := strings.Cut(log, `msg="resuming the index pass"`); !ok {
+				t.Fatalf("the second mount did not resume the pass; its log:\n%s", log)
+			} else if _, pct, _ := strings.Cut(rest, " done="); pct != "" {
+				fmt.Sscanf(pct, "%d%%", &done)
+			}
+			if done < 20 {
+				t.Errorf("the pass resumed at %d%%, want past 20%% (stopped past 60%%)", done)
+			}
+			// What is left, and the block it resumes in.
+			fetched := s.h.Stats().Bytes
+			if limit := s.size*(101-done)/100 + s.size/60 + 4096; fetched > limit {
+				t.Errorf("the second mount fetched %d of the archive's %d bytes, resumed at %d%%: want at most %d", fetched, s.size, done, limit)
+			}
+			treecmp.Compare(t, s.ref, m.dir, treecmp.Options{MaxErrors: 20})
+		})
+	}
+}
