@@ -195,7 +195,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			return nil, rec.err
 		}
 		rec.finish()
-		rec.dropSums()
+		rec.dropPassState()
 		ix.TarSize = tarSize
 		ix.End = CompressedOffset(end)
 		if t, ok := dec.(trailer); ok && t.trailing() != "" {

@@ -105,10 +105,13 @@ var registry = []codec{
 		streamOnly: "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)",
 	},
 	{
-		id:         CodecLZ4,
-		name:       "lz4",
-		sniff:      startsWith(magicLZ4, magicLZ4Legacy),
-		newPass:    func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newLZ4Pass(r, rec), nil) },
+		id:      CodecLZ4,
+		name:    "lz4",
+		sniff:   startsWith(magicLZ4, magicLZ4Legacy),
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newLZ4Pass(r, rec), nil) },
+		resume: func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error) {
+			return passOf(newLZ4PassAt(r, cp, window, rec))
+		},
 		decodeSpan: decodeLZ4Span,
 		kinds:      []inflate.Kind{kindFrame, kindLZ4Block, kindLZ4Legacy},
 	},

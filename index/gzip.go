@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -27,8 +28,10 @@ func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
 // checked with the sums the first pass recorded at cp.
 func newGzipPassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*gzipPass, error) {
 	g := &gzipPass{rec: rec}
-	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window,
-		Sums: cp.sums, CRC: cp.crc, Size: cp.size}
+	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
+	if len(cp.pass) == 8 {
+		icp.Sums, icp.CRC, icp.Size = true, binary.LittleEndian.Uint32(cp.pass), binary.LittleEndian.Uint32(cp.pass[4:])
+	}
 	var err error
 	if g.Reader, err = inflate.NewReaderAt(r, icp, g.options()); err != nil {
 		return nil, fmt.Errorf("%w: resume at checkpoint %d: %v", ErrCorrupt, cp.In, err)
@@ -43,8 +46,10 @@ func (g *gzipPass) options() inflate.Options {
 		Span:   rec.span,
 		OnData: rec.write,
 		OnCheckpoint: func(cp inflate.Checkpoint) {
-			c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out),
-				sums: cp.Sums, crc: cp.CRC, size: cp.Size}
+			c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
+			if cp.Sums {
+				c.pass = binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, cp.CRC), cp.Size)
+			}
 			if len(cp.Window) > 0 {
 				var err error
 				if c.window, err = compressWindow(cp.Window); err != nil && g.err == nil {

@@ -42,11 +42,11 @@ type Checkpoint struct {
 	// window is the preceding output, compressed with DEFLATE (nil when
 	// there is none).
 	window []byte
-	// sums, crc and size are inflate's (Checkpoint.Sums): what a gzip
-	// pass resumed here needs to check the member's trailer. Kept in a
-	// partial index only.
-	sums      bool
-	crc, size uint32
+	// pass is what the index pass resumed here needs to check the
+	// checksums of the member or frame it enters (gzip: its CRC-32 and
+	// size so far; lz4: the frame's block size and content hash so far);
+	// nil when the pass cannot. Kept in a partial index only.
+	pass []byte
 }
 
 // Index describes one archive. It is immutable once built or loaded and

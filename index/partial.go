@@ -30,8 +30,9 @@ import (
 //	  'H' a member's header (tarscan.Header, PAX left out), in archive order
 //	  'R' a resume point: the members before it (count), where the next
 //	      member starts (offset, pax global records in force), the
-//	      checkpoints (with a gzip member's checksums so far) and span
-//	      digests recorded since the previous 'R'
+//	      checkpoints (with the pass's state there: a gzip member's or lz4
+//	      frame's checksums so far) and span digests recorded since the
+//	      previous 'R'
 //
 // A resume point is written at the first member header after each new
 // checkpoint (every span of a plain tar): the pass resumes at its latest
@@ -189,8 +190,8 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header) bool {
 		if w := d.raw("window"); w != "" {
 			cp.window = []byte(w)
 		}
-		if cp.sums = d.byte("sums") == 1; cp.sums {
-			cp.crc, cp.size = uint32(d.uvarint("crc")), uint32(d.uvarint("size"))
+		if st := d.raw("pass state"); st != "" {
+			cp.pass = []byte(st)
 		}
 		cps = append(cps, cp)
 	}
@@ -330,13 +331,7 @@ func (l *PartialLog) resume(ix *Index, st tarscan.State) {
 	e.uvarint(uint64(k + 1 - l.cps))
 	for _, cp := range ix.Checkpoints[l.cps : k+1] {
 		encodeCheckpoint(e, cp)
-		if !cp.sums {
-			e.byte(0)
-			continue
-		}
-		e.byte(1)
-		e.uvarint(uint64(cp.crc))
-		e.uvarint(uint64(cp.size))
+		e.raw(string(cp.pass))
 	}
 	digests := max(k, 0) // of the spans before checkpoint k
 	encodeDigests(e, ix.Digests[l.digests:digests])

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tarmount/tarmount/fetch"
@@ -38,15 +39,18 @@ func resumeMembers() []member {
 // a pass that never stopped. A pass that ends removes the partial index.
 func TestResumePass(t *testing.T) {
 	raw := tarBytes(t, resumeMembers())
-	for _, c := range []struct {
-		name string
-		obj  []byte
-	}{
-		{"gzip", tarbuild.GzipLevel(raw, 6)},
-		{"gzip-members", tarbuild.GzipMembers(raw, 300<<10, 6)},
-		{"plain", raw},
-	} {
+	cases := []codecCase{
+		{"gzip-members", CodecGzip, true, func(_ testing.TB, raw []byte) []byte { return tarbuild.GzipMembers(raw, 300<<10, 6) }},
+		{"plain", CodecNone, true, func(_ testing.TB, raw []byte) []byte { return raw }},
+	}
+	for _, c := range append(cases, codecCases()...) {
 		t.Run(c.name, func(t *testing.T) {
+			obj := c.make(t, raw)
+			if !c.codec.resumable() {
+				checkNoPartial(t, obj)
+				return
+			}
+			c := struct{ obj []byte }{obj}
 			id := fetch.Identity{Size: int64(len(c.obj)), ETag: `"v1"`}
 			const span = 256 << 10
 			full, err := Build(context.Background(), bytes.NewReader(c.obj), id, BuildOptions{Span: span})
@@ -56,28 +60,16 @@ func TestResumePass(t *testing.T) {
 			want, _ := full.Marshal()
 			path := filepath.Join(t.TempDir(), "p.partial")
 			for _, stopAt := range []int{150, 260} {
-				ctx, cancel := context.WithCancel(context.Background())
-				seen := 0
-				opts := BuildOptions{Span: span, Partial: path, OnMember: func(*tarscan.Header, io.Reader) error {
-					if seen++; seen == stopAt {
-						cancel() // as the source's reads would fail
-						return ctx.Err()
-					}
-					return nil
-				}}
-				var r io.Reader = bytes.NewReader(c.obj)
+				opts := BuildOptions{Span: span, Partial: path}
 				p, err := LoadPartial(path, id)
 				if err == nil {
 					opts.Resume = p
-					r = bytes.NewReader(c.obj[p.In():])
-					seen = p.Members()
 				} else if !errors.Is(err, ErrNoPartial) {
 					t.Fatal(err)
 				}
-				if _, err := Build(ctx, r, id, opts); !errors.Is(err, context.Canceled) {
+				if err := buildStopped(c.obj, id, opts, stopAt); !errors.Is(err, context.Canceled) {
 					t.Fatalf("a pass stopped at member %d: got %v, want it cancelled", stopAt, err)
 				}
-				cancel()
 			}
 			p, err := LoadPartial(path, id)
 			if err != nil {
@@ -108,34 +100,66 @@ func TestResumePass(t *testing.T) {
 	}
 }
 
-// TestResumeChecksGzipTrailer: a gzip pass resumed in the middle of a
-// member still checks the member's CRC-32 at its end.
-func TestResumeChecksGzipTrailer(t *testing.T) {
-	obj := tarbuild.GzipLevel(tarBytes(t, resumeMembers()), 6)
-	id := fetch.Identity{Size: int64(len(obj))}
-	path := filepath.Join(t.TempDir(), "p.partial")
+// TestResumeChecksTrailer: a pass resumed in the middle of a gzip member
+// or an lz4 frame still checks the member's CRC-32 or the frame's content
+// checksum at its end.
+func TestResumeChecksTrailer(t *testing.T) {
+	raw := tarBytes(t, resumeMembers())
+	for _, c := range []struct {
+		name string
+		obj  []byte
+		bad  error
+	}{
+		{"gzip", tarbuild.GzipLevel(raw, 6), inflate.ErrCorrupt},
+		{"lz4", tarbuild.LZ4(raw, false), ErrCorrupt},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := c.obj
+			id := fetch.Identity{Size: int64(len(obj))}
+			path := filepath.Join(t.TempDir(), "p.partial")
+			buildStopped(obj, id, BuildOptions{Span: 256 << 10, Partial: path}, 200)
+			p, err := LoadPartial(path, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cp := p.checkpoints[len(p.checkpoints)-1]; len(cp.pass) == 0 {
+				t.Fatalf("resume checkpoint %+v has no pass state", cp)
+			}
+			bad := bytes.Clone(obj)
+			// The gzip trailer's CRC-32, the lz4 frame's content checksum.
+			at := len(bad) - 8
+			if c.name == "lz4" {
+				at = len(bad) - 4
+			}
+			bad[at] ^= 1
+			_, err = Build(context.Background(), bytes.NewReader(bad[p.In():]), id, BuildOptions{Span: 256 << 10, Resume: p})
+			if !errors.Is(err, c.bad) || !strings.Contains(err.Error(), "checksum") {
+				t.Fatalf("resumed pass over a damaged checksum: got %v, want a checksum mismatch", err)
+			}
+		})
+	}
+}
+
+// buildStopped runs a pass over obj (from its resume point, with
+// opts.Resume) that is stopped, as its source would be, once it has read
+// member number stopAt; it returns the pass's error.
+func buildStopped(obj []byte, id fetch.Identity, opts BuildOptions, stopAt int) error {
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	seen := 0
-	Build(ctx, bytes.NewReader(obj), id, BuildOptions{Span: 256 << 10, Partial: path, OnMember: func(*tarscan.Header, io.Reader) error {
-		if seen++; seen == 200 {
+	var r io.Reader = bytes.NewReader(obj)
+	if p := opts.Resume; p != nil {
+		seen, r = p.Members(), bytes.NewReader(obj[p.In():])
+	}
+	opts.OnMember = func(*tarscan.Header, io.Reader) error {
+		if seen++; seen == stopAt {
 			cancel()
 			return ctx.Err()
 		}
 		return nil
-	}})
-	p, err := LoadPartial(path, id)
-	if err != nil {
-		t.Fatal(err)
 	}
-	if cp := p.checkpoints[len(p.checkpoints)-1]; !cp.sums {
-		t.Fatalf("resume checkpoint %+v has no checksums", cp)
-	}
-	bad := bytes.Clone(obj)
-	bad[len(bad)-8] ^= 1 // the CRC-32 of the one member
-	_, err = Build(context.Background(), bytes.NewReader(bad[p.In():]), id, BuildOptions{Span: 256 << 10, Resume: p})
-	if !errors.Is(err, inflate.ErrCorrupt) {
-		t.Fatalf("resumed pass over a damaged trailer: got %v, want inflate.ErrCorrupt", err)
-	}
+	_, err := Build(ctx, r, id, opts)
+	return err
 }
 
 type countedReader struct {
@@ -162,15 +186,7 @@ func TestPartialTorn(t *testing.T) {
 	want, _ := full.Marshal()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "p.partial")
-	ctx, cancel := context.WithCancel(context.Background())
-	seen := 0
-	Build(ctx, bytes.NewReader(obj), id, BuildOptions{Span: 256 << 10, Partial: path, OnMember: func(*tarscan.Header, io.Reader) error {
-		if seen++; seen == 250 {
-			cancel()
-			return ctx.Err()
-		}
-		return nil
-	}})
+	buildStopped(obj, id, BuildOptions{Span: 256 << 10, Partial: path}, 250)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -199,5 +215,17 @@ func TestPartialTorn(t *testing.T) {
 	}
 	if resumed < 10 {
 		t.Errorf("%d of 41 cuts resumed, want most", resumed)
+	}
+}
+
+// checkNoPartial checks that a stopped pass over obj, whose codec's pass
+// cannot resume, keeps no partial index.
+func checkNoPartial(t *testing.T, obj []byte) {
+	t.Helper()
+	id := fetch.Identity{Size: int64(len(obj))}
+	path := filepath.Join(t.TempDir(), "p.partial")
+	buildStopped(obj, id, BuildOptions{Span: 256 << 10, Partial: path}, 200)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a stopped pass that cannot resume left a partial index (%v)", err)
 	}
 }

@@ -182,13 +182,12 @@ func (r *recorder) endTentative() {
 	r.pending = r.pending[:0]
 }
 
-// dropSums forgets the gzip member checksums at the checkpoints, which
-// only a partial index keeps: an index is the same however it was made.
-func (r *recorder) dropSums() {
+// dropPassState forgets the pass state at the checkpoints, which only a
+// partial index keeps: an index is the same however it was made.
+func (r *recorder) dropPassState() {
 	r.publish(func() {
 		for i := range r.ix.Checkpoints {
-			cp := &r.ix.Checkpoints[i]
-			cp.sums, cp.crc, cp.size = false, 0, 0
+			r.ix.Checkpoints[i].pass = nil
 		}
 	})
 }

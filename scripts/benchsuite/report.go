@@ -100,7 +100,7 @@ func metricOf(scenario string) metric {
 		}}
 	case scRSS:
 		return metric{name: "peak RSS MiB", value: func(r Result) float64 { return float64(r.RSS) / (1 << 20) }}
-	case bootSc(bootBytes):
+	case bootSc(bootBytes), bootSc(bootRemountBytes):
 		return metric{name: metricOrigin, value: func(r Result) float64 { return float64(r.Fetched) / 1e6 }}
 	}
 	return metric{name: "seconds", value: func(r Result) float64 { return r.Seconds }}
