@@ -100,6 +100,9 @@ var registry = []codec{
 		name:       "zstd",
 		sniff:      startsWith(magicZstd),
 		newPass:    func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newZstdPass(r, rec)) },
+		resume: func(r io.Reader, cp Checkpoint, _ []byte, rec *recorder) (passDecoder, func(), error) {
+			return passOf(newZstdPassAt(r, cp, rec))
+		},
 		decodeSpan: decodeZstdSpan,
 		kinds:      []inflate.Kind{kindFrame, kindLocal},
 		streamOnly: "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)",

@@ -41,7 +41,9 @@ import (
 // checkpoints: a resumed pass ends with the same index as one that never
 // stopped. A torn or damaged record ends the file: the latest resume point
 // before it is used. Only codecs whose pass can start at a checkpoint
-// write one (codec.resume).
+// write one (codec.resume: plain tar, gzip, lz4, zstd at frame starts),
+// and only up to the first span served from the decoded copy (a zstd frame
+// too big to decode per read), which a stopped pass does not keep.
 
 const (
 	partialVersion = 1
@@ -226,6 +228,7 @@ type PartialLog struct {
 	buf     []byte
 	err     error
 	members int   // headers written
+	points  int   // resume points in the file
 	cps     int   // checkpoints written
 	digests int   // digests written
 	lastOut int64 // plain tar: scan offset of the latest resume point
@@ -269,7 +272,7 @@ func AppendPartialLog(path string, p *Partial) (*PartialLog, error) {
 		f.Close()
 		return nil, err
 	}
-	return &PartialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), members: len(p.headers),
+	return &PartialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), members: len(p.headers), points: 1,
 		cps: len(p.checkpoints), digests: len(p.digests), lastOut: p.scan.Offset}, nil
 }
 
@@ -314,8 +317,24 @@ func (l *PartialLog) due(ix *Index, st tarscan.State) bool {
 	if !ix.Codec.compressed() {
 		return st.Offset-l.lastOut >= ix.Span
 	}
-	return resumeAt(ix, st.Offset) >= l.cps
+	k := resumeAt(ix, st.Offset)
+	if k < max(l.cps, 1) {
+		return false // nothing new, or the archive's start: no saving
+	}
+	for _, cp := range ix.Checkpoints[l.cps : k+1] {
+		if cp.Kind == kindLocal {
+			// Its span is read from the decoded copy, which a stopped
+			// pass does not keep: resume points end here.
+			l.err = errLocalSpans
+			return false
+		}
+	}
+	return true
 }
+
+// errLocalSpans stops a partial index at the first span that only the
+// decoded copy serves.
+var errLocalSpans = errors.New("index: spans served from the decoded copy cannot be resumed")
 
 // resume logs a resume point at st, before the member that starts there
 // (due said so), and makes it durable against a crash of the process.
@@ -338,6 +357,7 @@ func (l *PartialLog) resume(ix *Index, st tarscan.State) {
 	l.record(recResume, e.buf)
 	if err := l.flush(); err == nil {
 		l.cps, l.digests, l.lastOut = k+1, digests, st.Offset
+		l.points++
 	}
 }
 
@@ -354,9 +374,10 @@ func (l *PartialLog) member(ix *Index, st tarscan.State, h *tarscan.Header) {
 }
 
 // end closes the log of a pass that ended with err: it stays, for the
-// next pass to resume, only when ctx stopped the pass.
+// next pass to resume, only when ctx stopped the pass and it holds a
+// resume point.
 func (l *PartialLog) end(ctx context.Context, err error, log *slog.Logger) {
-	if err != nil && ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil && l.points > 0 {
 		if cerr := l.Close(); cerr != nil {
 			log.Warn("could not keep the partial index: the next pass starts again", "path", l.path, "err", cerr)
 		}

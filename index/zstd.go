@@ -224,6 +224,20 @@ type zstdPass struct {
 	err    error
 }
 
+// newZstdPassAt resumes the index pass at cp, the start of a frame; r
+// yields the stream from cp.In on.
+func newZstdPassAt(r io.Reader, cp Checkpoint, rec *recorder) (*zstdPass, error) {
+	if cp.Kind != kindFrame {
+		return nil, fmt.Errorf("%w: a zstd pass resumes at a frame start, not at checkpoint kind %d", ErrUnsupported, cp.Kind)
+	}
+	z, err := newZstdPass(r, rec)
+	if err != nil {
+		return nil, err
+	}
+	z.cr.off, z.frames = int64(cp.In), 1
+	return z, nil
+}
+
 func newZstdPass(r io.Reader, rec *recorder) (*zstdPass, error) {
 	// Windows up to 128 MiB, as the zstd CLI accepts without --memory.
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(false), zstd.WithDecoderMaxWindow(128<<20))
