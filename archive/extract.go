@@ -37,8 +37,9 @@ type ExtractSummary struct {
 }
 
 // Extract opens the archive at url and the extraction into dir, which
-// is refused when it is not empty and tarmount did not make it from this
-// archive (unless Overwrite). Run runs it, unless Complete says DIR is
+// is refused when it is not empty and tarmount did not make it (unless
+// Overwrite). A dir tarmount made from another version of the archive is
+// upgraded in place (materialize's upgrade.go). Run runs it, unless Complete says DIR is
 // already complete; Close releases it.
 func Extract(ctx context.Context, url, dir string, opts Options, mo MaterializeOptions) (*Extraction, error) {
 	x := &Extraction{start: time.Now(), prog: &materialize.Progress{}}
@@ -52,7 +53,7 @@ func Extract(ctx context.Context, url, dir string, opts Options, mo MaterializeO
 	x.a = a
 	x.job, err = materialize.Open(dir, a.Identity().Key(), materialize.Options{
 		Writers: mo.Writers, Decoders: mo.Decoders, Overwrite: mo.Overwrite, Sync: mo.Sync,
-		Progress: x.prog, Logger: a.log,
+		Progress: x.prog, Logger: a.log, Previous: a.previousIndex,
 	})
 	if err != nil {
 		a.Close()
@@ -93,6 +94,20 @@ func (x *Extraction) Read() (consumed, size int64) {
 // Run extracts. It must be called once.
 func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 	a, ix := x.a, x.a.ix
+	if x.spans == nil && x.job.Replacing() {
+		// An upgrade of DIR writes only what changed, which needs the
+		// whole index first: the pass runs alone, then the changed
+		// files are read in spans (or from the decoded copy of a
+		// stream-only archive).
+		if err := a.build(ctx, nil, nil); err != nil {
+			return nil, fmt.Errorf("extract %s: %w", a, err)
+		}
+		ix = a.ix
+		x.reader = index.NewReader(ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log, Local: a.local()})
+		if x.spans = materialize.IndexSpans(x.reader, a.src, materialize.Peers{}); x.spans == nil {
+			return nil, fmt.Errorf("extract %s into %s: %w", a, x.job.Dir(), errNoSpans)
+		}
+	}
 	if x.spans == nil {
 		// One streamed pass: parallel range requests ahead of the
 		// decoder, the writers behind it; the index is a by-product.

@@ -19,7 +19,7 @@ import (
 type MaterializeOptions struct {
 	Writers   int  // files written at once
 	Decoders  int  // spans fetched and decoded at once
-	Overwrite bool // write into a non-empty DIR that tarmount did not make from this archive
+	Overwrite bool // replace what a non-empty DIR that tarmount did not make holds by the archive's tree
 	Sync      bool // make the tree durable (syncfs) before marking it complete
 }
 
@@ -70,15 +70,17 @@ const (
 var errNoSpans = errors.New("the archive has no checkpoints to read it in spans; run tarmount extract instead")
 
 // Materialize opens the materialization of the archive into dir, which
-// is refused here when tarmount did not make it from this archive (unless
-// Overwrite). It must be called before Start: without an index, the first
+// is refused here when it is not empty and tarmount did not make it
+// (unless Overwrite). A dir tarmount made from another version of the
+// archive is upgraded in place: what is unchanged is kept, and served
+// from dir at once (materialize's upgrade.go). It must be called before Start: without an index, the first
 // pass stages the files into it as it goes. Run starts it; Close stops it.
 func (a *Archive) Materialize(dir string, o MaterializeOptions) (*Materializer, error) {
 	m := &Materializer{a: a, gate: &materialize.Gate{}, prog: &materialize.Progress{}, done: make(chan struct{}),
 		key: a.Identity().Key(), src: &countingSource{Source: a.src}}
 	m.opts = materialize.Options{
 		Writers: o.Writers, Decoders: o.Decoders, Overwrite: o.Overwrite, Sync: o.Sync,
-		Gate: m.gate, Progress: m.prog, Logger: a.log,
+		Gate: m.gate, Progress: m.prog, Logger: a.log, Previous: a.previousIndex,
 	}
 	job, err := materialize.Open(dir, m.key, m.opts)
 	if err != nil {

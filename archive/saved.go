@@ -63,6 +63,32 @@ func NewestSaved(dir, name string) string {
 	return newest
 }
 
+// previousIndex returns the saved index of the version of an archive
+// whose identity key (fetch.Identity.Key) is key, under any source name
+// (an upgrade may come from a new URL): the newest that loads, or nil.
+// A materialization that upgrades a DIR made from that version compares
+// it with this one's (materialize.Options.Previous).
+func (a *Archive) previousIndex(key string) *index.Index {
+	names, _ := filepath.Glob(filepath.Join(a.opts.CacheDir, "indexes", "*-"+key+".idx"))
+	var best *index.Index
+	var at time.Time
+	for _, n := range names {
+		st, err := os.Stat(n)
+		if err != nil || best != nil && !st.ModTime().After(at) {
+			continue
+		}
+		ix, err := loadIndex(n)
+		if err != nil {
+			a.log.Info("saved index of the previous version not used", "path", n, "err", err)
+			continue
+		}
+		if ix.Source.Key() == key {
+			best, at = ix, st.ModTime()
+		}
+	}
+	return best
+}
+
 // preload is an index file read in the background (startPreload).
 type preload struct {
 	path string

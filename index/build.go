@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/tarscan"
 )
@@ -150,6 +152,17 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	} else {
 		sc = tarscan.NewScanner(tarStream, opts.Limits)
 	}
+	// A compressed archive is decoded whole anyway: its files' data is
+	// hashed on the way (digest.go). A plain tar's data is hopped over.
+	var sums []memberSum
+	var sum *xxhash.Digest
+	var sumBuf []byte
+	if dec != nil {
+		sum, sumBuf = xxhash.New(), make([]byte, 256<<10)
+	}
+	if p != nil {
+		sums = append(sums, p.sums...)
+	}
 	for n := 0; ; n++ {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -170,15 +183,36 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			return nil, err
 		}
 		if plog != nil {
-			plog.member(ix, sc.State(), h)
+			plog.point(ix, sc.State())
+		}
+		var data io.Reader = sc
+		hashed := sum != nil && h.Typeflag != tarscan.TypeLink && entryType(h.Typeflag) == TypeReg
+		if hashed {
+			sum.Reset()
+			data = io.TeeReader(sc, sum)
 		}
 		if opts.OnMember != nil {
-			if err := opts.OnMember(h, sc); err != nil {
+			if err := opts.OnMember(h, data); err != nil {
 				return nil, err
 			}
 		}
 		if err := add(h); err != nil {
 			return nil, err
+		}
+		if hashed {
+			// What OnMember left, straight from the scanner, once the
+			// member is published (a mount waits for it, not its data).
+			if _, err := io.CopyBuffer(sum, sc, sumBuf); err != nil {
+				return nil, err
+			}
+			sums = append(sums, memberSum{UncompressedOffset(h.DataOffset), memberDigest(sum)})
+		}
+		if plog != nil {
+			var digest uint64
+			if hashed {
+				digest = sums[len(sums)-1].sum
+			}
+			plog.header(h, digest)
 		}
 	}
 	if dec == nil {
@@ -208,6 +242,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	if err := b.finish(); err != nil {
 		return nil, err
 	}
+	ix.setMemberDigests(sums)
 	b.report()
 	if opts.Live != nil {
 		opts.Live.finished(b.newID, nil)

@@ -268,14 +268,7 @@ func TestCodecs(t *testing.T) {
 			if !tc.random {
 				la = local
 			}
-			data, err := ix.Marshal()
-			if err != nil {
-				t.Fatal(err)
-			}
-			loaded, err := Unmarshal(data)
-			if err != nil {
-				t.Fatal(err)
-			}
+			loaded := roundTrip(t, ix)
 			r := NewReader(loaded, newMemSource(obj), ReaderOptions{Local: la})
 			defer r.Close()
 			for _, m := range members {

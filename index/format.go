@@ -43,11 +43,14 @@ import (
 //	dirents      count, then name (str), id
 //	xattrs       count, then name (str), value (str)
 //	sparse       count, then offset, length
+//	member sums  count (0, or one per entry), then u64 LE each: the xxhash64 of a
+//	             regular file's data, 0 for none (digest.go)
 const (
 	// Version 2 added codecs zstd, lz4, bzip2 and xz, their checkpoint
 	// kinds, checkpoint flags and the end of the compressed data.
 	// Version 3 added checkpoints at bzip2 and xz block starts.
-	formatVersion = 3
+	// Version 4 added the member digests.
+	formatVersion = 4
 	headerSize    = 32
 	sumSize       = sha256.Size
 )
@@ -202,6 +205,10 @@ func (ix *Index) payload() []byte {
 	for _, c := range ix.sparse {
 		e.uvarint(uint64(c.Offset))
 		e.uvarint(uint64(c.Length))
+	}
+	e.uvarint(uint64(len(ix.memberDigests)))
+	for _, d := range ix.memberDigests {
+		e.buf = binary.LittleEndian.AppendUint64(e.buf, d)
 	}
 	return e.buf
 }
@@ -430,6 +437,17 @@ func decodePayload(p []byte) (*Index, error) {
 	ix.sparse = make([]SparseChunk, d.count("sparse", 2))
 	for i := range ix.sparse {
 		ix.sparse[i] = SparseChunk{Offset: int64(d.bounded("sparse offset", math.MaxInt64)), Length: int64(d.bounded("sparse length", math.MaxInt64))}
+	}
+	if k := d.count("member digests", 8); k > 0 {
+		if k != n {
+			d.fail("member digest count")
+		}
+		ix.memberDigests = make([]uint64, k)
+		for i := range ix.memberDigests {
+			if b := d.bytes("member digest", 8); b != nil {
+				ix.memberDigests[i] = binary.LittleEndian.Uint64(b)
+			}
+		}
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -69,6 +69,10 @@ type Index struct {
 	// to the next checkpoint (or TarSize).
 	Digests []uint64
 
+	// memberDigests is the digest of each regular file's data, by
+	// EntryID (digest.go); nil when the pass recorded none.
+	memberDigests []uint64
+
 	strtab  string
 	recs    []rec
 	dirents []direntRec

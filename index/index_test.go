@@ -416,6 +416,10 @@ func goldenIndex() *Index {
 	b.add(headerFor("d/l", '2', 0o777, mtime, nil))
 	b.add(headerFor("d/h", '1', 0o644, mtime, nil))
 	b.finish()
+	ix.memberDigests = make([]uint64, ix.Len())
+	if id, ok := ix.LookupPath("d/f"); ok {
+		ix.memberDigests[id] = 0x0102030405060708
+	}
 	return ix
 }
 

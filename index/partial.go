@@ -27,7 +27,8 @@ import (
 //	records, each: type (byte), payload length (uvarint), payload,
 //	               CRC-32C of the payload (u32 LE)
 //	  'I' once, first: identity (as in the index file), codec, span
-//	  'H' a member's header (tarscan.Header, PAX left out), in archive order
+//	  'H' a member's header (tarscan.Header, PAX left out), in archive
+//	      order, with the digest of its data (digest.go; 0: none)
 //	  'R' a resume point: the members before it (count), where the next
 //	      member starts (offset, pax global records in force), the
 //	      checkpoints (with the pass's state there: a gzip member's or lz4
@@ -72,6 +73,7 @@ type Partial struct {
 	Span   int64
 
 	headers     []*tarscan.Header // members before scan.Offset
+	sums        []memberSum       // the digests of their data (digest.go)
 	checkpoints []Checkpoint      // up to the one the pass resumes at
 	digests     []uint64          // of the spans before it
 	scan        tarscan.State
@@ -111,6 +113,7 @@ func LoadPartial(path string, id fetch.Identity) (*Partial, error) {
 	pos := len(partialMagic) + 4
 	p := &Partial{}
 	var headers []*tarscan.Header
+	var digests []uint64 // of headers' data, 0 for none
 	known := false
 	for pos < len(data) {
 		typ, payload, next, ok := nextRecord(data, pos)
@@ -130,12 +133,13 @@ func LoadPartial(path string, id fetch.Identity) (*Partial, error) {
 			known = true
 		case typ == recHeader && known:
 			h := decodeHeader(d)
+			digest := d.uvarint("digest")
 			if d.err != nil {
 				return finishPartial(p, path)
 			}
-			headers = append(headers, h)
+			headers, digests = append(headers, h), append(digests, digest)
 		case typ == recResume && known:
-			if !p.applyResume(d, headers) {
+			if !p.applyResume(d, headers, digests) {
 				return finishPartial(p, path)
 			}
 			p.end = int64(pos)
@@ -176,9 +180,10 @@ func nextRecord(data []byte, pos int) (typ byte, payload []byte, next int, ok bo
 	return typ, payload, end + 4, true
 }
 
-// applyResume reads a resume point whose members are headers[:count]; it
-// reports false when the record is not valid.
-func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header) bool {
+// applyResume reads a resume point whose members are headers[:count],
+// with the digests of their data; it reports false when the record is not
+// valid.
+func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header, memberDigests []uint64) bool {
 	count := d.uvarint("members")
 	var st tarscan.State
 	st.Offset = int64(d.uvarint("scan offset"))
@@ -197,9 +202,9 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header) bool {
 		}
 		cps = append(cps, cp)
 	}
-	digests := append([]uint64(nil), p.digests...)
+	spanDigests := append([]uint64(nil), p.digests...)
 	for range d.count("digests", 8) {
-		digests = append(digests, binary.LittleEndian.Uint64(d.bytes("digest", 8)))
+		spanDigests = append(spanDigests, binary.LittleEndian.Uint64(d.bytes("digest", 8)))
 	}
 	for i := len(p.checkpoints); i < len(cps); i++ {
 		if cp := cps[i]; cp.Bit > 7 || !kindAllowed(p.Codec, cp.Kind) || i == 0 && cp.Out != 0 || i > 0 && cp.Out <= cps[i-1].Out {
@@ -209,12 +214,18 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header) bool {
 	switch {
 	case d.err != nil, count > uint64(len(headers)):
 		return false
-	case p.Codec.compressed() && (len(cps) == 0 || len(digests) != len(cps)-1 || int64(cps[len(cps)-1].Out) > st.Offset):
+	case p.Codec.compressed() && (len(cps) == 0 || len(spanDigests) != len(cps)-1 || int64(cps[len(cps)-1].Out) > st.Offset):
 		return false
 	case !p.Codec.compressed() && len(cps) != 0:
 		return false
 	}
-	p.headers, p.checkpoints, p.digests, p.scan = headers[:count], cps, digests, st
+	p.headers, p.checkpoints, p.digests, p.scan = headers[:count], cps, spanDigests, st
+	p.sums = p.sums[:0]
+	for i, h := range p.headers {
+		if s := memberDigests[i]; s != 0 {
+			p.sums = append(p.sums, memberSum{UncompressedOffset(h.DataOffset), s})
+		}
+	}
 	return true
 }
 
@@ -288,10 +299,15 @@ func (l *PartialLog) record(typ byte, payload []byte) {
 	_, l.err = l.w.Write(l.buf)
 }
 
-// header logs the next member.
-func (l *PartialLog) header(h *tarscan.Header) {
+// header logs the next member, once the pass has read it, with the
+// digest of its data (0: none, see digest.go).
+func (l *PartialLog) header(h *tarscan.Header, digest uint64) {
+	if l.err != nil {
+		return
+	}
 	e := &encoder{buf: l.buf[:0]}
 	encodeHeader(e, h)
+	e.uvarint(digest)
 	payload := append([]byte(nil), e.buf...)
 	l.record(recHeader, payload)
 	l.members++
@@ -361,16 +377,12 @@ func (l *PartialLog) resume(ix *Index, st tarscan.State) {
 	}
 }
 
-// member logs the member h that the scan, now at st, returned, after a
-// resume point before it when one is due.
-func (l *PartialLog) member(ix *Index, st tarscan.State, h *tarscan.Header) {
-	if l.err != nil {
-		return
-	}
-	if l.due(ix, st) {
+// point logs a resume point before the member that the scan, now at st,
+// has just returned, when one is due.
+func (l *PartialLog) point(ix *Index, st tarscan.State) {
+	if l.err == nil && l.due(ix, st) {
 		l.resume(ix, st)
 	}
-	l.header(h)
 }
 
 // end closes the log of a pass that ended with err: it stays, for the

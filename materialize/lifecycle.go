@@ -34,6 +34,8 @@ type lifecycle struct {
 	key       string // the source identity, in the marker and the journal
 	complete  bool   // DIR was complete at Open
 	resume    []index.EntryID
+	replace   bool     // DIR held another tree: reconciled before writing (upgrade.go)
+	from      string   // the source key of the version DIR was complete with, when replace ("" unknown)
 	root      *os.Root // DIR, for OpenLocal
 	rootFd    int
 	rootPlain bool     // plainDir(rootFd)
@@ -135,11 +137,18 @@ func (l *lifecycle) openDir(overwrite bool) (fresh bool, err error) {
 		l.complete = true
 	case hasMarker && m.Source == l.key:
 		fresh = false
-	case overwrite:
+		l.replace, l.from = m.Replace, m.From
 	case hasMarker:
-		return false, fmt.Errorf("%w: %s holds another version of the archive (use --overwrite to extract over it)", ErrNotOurs, l.dir)
+		// Another version of the archive, or another archive, that
+		// tarmount wrote: upgraded in place (upgrade.go).
+		l.replace = true
+		if m.Complete {
+			l.from = m.Source
+		}
+	case overwrite:
+		l.replace = true
 	default:
-		return false, fmt.Errorf("%w: %s (use --overwrite to extract into it anyway)", ErrNotOurs, l.dir)
+		return false, fmt.Errorf("%w: %s (use --overwrite to replace what it holds by the archive's tree)", ErrNotOurs, l.dir)
 	}
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return false, err
@@ -177,7 +186,7 @@ func fdBudgets() (stageFiles int64, dirs int) {
 // openState writes the marker, makes the state directory with an empty
 // tmp and opens the journal (kept when resuming one of this source).
 func (l *lifecycle) openState(fresh bool, log *slog.Logger) error {
-	if err := writeMarker(l.dir, marker{Source: l.key}); err != nil {
+	if err := writeMarker(l.dir, marker{Source: l.key, Replace: l.replace, From: l.from}); err != nil {
 		return err
 	}
 	var err error
@@ -265,6 +274,12 @@ func (j *Job) Dir() string { return j.life.dir }
 // Complete reports whether DIR was complete when the job was opened (Run
 // then has nothing to write).
 func (j *Job) Complete() bool { return j.life.complete }
+
+// Replacing reports whether DIR held another tree when the job was
+// opened (an upgrade, or Options.Overwrite over a non-empty DIR): Run then
+// keeps what is unchanged and removes what the archive lacks, and Stage
+// stages nothing, so that Run needs spans to read the archive.
+func (j *Job) Replacing() bool { return j.life.replace }
 
 // Abandon closes the job after a one-pass extraction failed, first
 // removing the files Stage placed under their names, and the directories

@@ -40,10 +40,10 @@ func TestLifecycleOpenDir(t *testing.T) {
 			mkdir(t, filepath.Join(dir, stateDirName))
 			mark(t, dir, marker{Source: key})
 		}, false, nil, false, false},
-		{"another archive's", func(t *testing.T, dir string) {
+		{"another version's: upgraded", func(t *testing.T, dir string) {
 			mkfile(t, filepath.Join(dir, "f"))
 			mark(t, dir, marker{Source: "source-2", Complete: true})
-		}, false, ErrNotOurs, false, false},
+		}, false, nil, true, false},
 		{"somebody else's", func(t *testing.T, dir string) { mkfile(t, filepath.Join(dir, "f")) }, false, ErrNotOurs, false, false},
 		{"somebody else's, overwritten", func(t *testing.T, dir string) { mkfile(t, filepath.Join(dir, "f")) }, true, nil, true, false},
 	}

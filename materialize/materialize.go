@@ -51,9 +51,10 @@ import (
 	"github.com/tarmount/tarmount/index/tarscan"
 )
 
-// ErrNotOurs means DIR is not empty and was not made by a job of this
-// archive: it is refused unless Options.Overwrite.
-var ErrNotOurs = errors.New("materialize: directory is not empty and was not made by tarmount from this archive")
+// ErrNotOurs means DIR is not empty and tarmount did not make it (no
+// marker): it is refused unless Options.Overwrite. A DIR that tarmount
+// made from another archive or version is upgraded (upgrade.go).
+var ErrNotOurs = errors.New("materialize: directory is not empty and was not made by tarmount")
 
 // DefaultWriters is the default size of the writer pool: 8 per core, at
 // least 16, so that writers blocked in file creation, linking and metadata
@@ -104,9 +105,15 @@ type Options struct {
 	// MemoryBytes bounds the data held between decoding and writing
 	// (256 MiB when zero).
 	MemoryBytes int64
-	// Overwrite lets a job write into a non-empty DIR that is not its
-	// own, replacing what the archive has and leaving the rest.
+	// Overwrite lets a job write into a non-empty DIR that tarmount did
+	// not make: DIR is brought to exactly the archive's tree, as in an
+	// upgrade (upgrade.go), and what the archive lacks is removed.
 	Overwrite bool
+	// Previous, if set, returns the index of the version of an archive
+	// whose source identity key (fetch.Identity.Key) is key, or nil when
+	// it is not at hand. A job that upgrades a DIR made from that
+	// version compares the two indexes to find what is unchanged.
+	Previous func(key string) *index.Index
 	// Sync makes DIR durable (syncfs) before it is marked complete, so
 	// that the marker also holds after a power failure. Without it, as
 	// with tar -x, the data reaches the disk when the kernel writes it
@@ -167,6 +174,11 @@ type Job struct {
 	stage stager
 	tree  dirTree
 	notes notes
+	// kept is set by reconcile, before the writers start, and read-only
+	// afterwards: by EntryID, a symlink, fifo or device that DIR already
+	// holds as the archive has it (upgrade.go). nil when DIR held no
+	// other tree.
+	kept []bool
 }
 
 // submitWhole queues the writing of wf as one piece: a file with no data

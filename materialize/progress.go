@@ -18,6 +18,12 @@ type Progress struct {
 	Input, Decoded atomic.Int64
 	// Entries is the number of entries (every type) placed under DIR.
 	Entries atomic.Int64
+	// Kept and Removed count, in a DIR that held another tree (an
+	// upgrade, or Options.Overwrite), the entries found as the archive
+	// has them and left alone (Kept; their metadata was corrected in
+	// place when only it differed: Retouched), and the names DIR had and
+	// the archive lacks, removed with what they held.
+	Kept, Retouched, Removed atomic.Int64
 	// TotalsKnown is set once FilesTotal and BytesTotal hold what the
 	// job writes (a reader that sees it sees them).
 	TotalsKnown atomic.Bool

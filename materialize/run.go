@@ -51,6 +51,14 @@ func (j *Job) Run(ctx context.Context, ix *index.Index, spans Spans) error {
 	if err := j.stage.unplace(ix, j.life.root, j.life.tmpFd); err != nil {
 		return err
 	}
+	if j.life.replace {
+		// DIR held another tree: what the archive lacks goes, what
+		// it has already is kept (upgrade.go).
+		if err := j.reconcile(j.pool.ctx, ix, v, spans); err != nil {
+			j.pool.fail(err)
+			return j.pool.failure()
+		}
+	}
 	// Directories are made while the first spans are fetched and
 	// decoded; a writer waits for the directory it needs (waitDir).
 	dirsReady := make(chan struct{})
@@ -113,7 +121,9 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 			continue // refused, or unreachable or refused parent: nothing to write
 		}
 		if e.Type != index.TypeReg {
-			specials = append(specials, id)
+			if j.kept == nil || !j.kept[id] {
+				specials = append(specials, id)
+			}
 			continue
 		}
 		if v.isSet(id) {
@@ -508,7 +518,9 @@ func (j *Job) finish(ix *index.Index) error {
 		// The path only for a message: one per directory of a deep
 		// tree would cost its depth squared.
 		p := func() string { return pathOf(ix, id) }
-		err = setMetaFd(fd, ix.Entry(id), ix.Xattrs(id), j.meta, mk, j.warn, p)
+		if e, xattrs := ix.Entry(id), ix.Xattrs(id); !j.keepsMeta(fd, e, xattrs) {
+			err = setMetaFd(fd, e, xattrs, j.meta, mk, j.warn, p)
+		}
 		j.tree.table.put(id)
 		if err != nil {
 			return err
@@ -522,7 +534,8 @@ func (j *Job) finish(ix *index.Index) error {
 	if err := j.life.removeState(); err != nil {
 		return err
 	}
-	if root := ix.Entry(index.RootID); hasRootMember(root, ix.Xattrs(index.RootID)) {
+	if root := ix.Entry(index.RootID); hasRootMember(root, ix.Xattrs(index.RootID)) &&
+		!j.keepsMeta(j.life.rootFd, root, ix.Xattrs(index.RootID)) {
 		if err := setMetaFd(j.life.rootFd, root, ix.Xattrs(index.RootID), j.meta, made{}, j.warn, constPath(".")); err != nil {
 			return err
 		}
@@ -537,6 +550,17 @@ func (j *Job) finish(ix *index.Index) error {
 	}
 	j.report()
 	return nil
+}
+
+// keepsMeta reports whether the directory open at fd, in a DIR that held
+// another tree, already has the metadata of e (and e has no xattrs): an
+// upgrade leaves it alone. A fresh job applies it without looking.
+func (j *Job) keepsMeta(fd int, e *index.Entry, xattrs []index.Xattr) bool {
+	if !j.life.replace || len(xattrs) > 0 {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && j.metaSame(&st, e)
 }
 
 // hasRootMember tells an archive with a member for its top directory

@@ -73,7 +73,9 @@ func (s *stager) init(sem *semaphore.Weighted, slabBytes int64) {
 // blocks while the pool holds MemoryBytes.
 func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 	j.Screen(h)
-	if j.life.complete || h.Typeflag != tarscan.TypeReg || h.StoredSize <= 0 {
+	if j.life.complete || j.life.replace || h.Typeflag != tarscan.TypeReg || h.StoredSize <= 0 {
+		// An upgrade writes only what changed, which Run finds out
+		// once the index is whole, and reads it from spans.
 		return nil
 	}
 	wf := &wfile{size: h.Size, sparse: h.Sparse != nil, fd: -1}

@@ -19,7 +19,11 @@ import (
 //
 //	PARENT/.BASE.tarmount        marker, JSON {"source": KEY, "complete": bool},
 //	                             written (atomically) before the first byte goes
-//	                             into DIR and again once DIR is complete
+//	                             into DIR and again once DIR is complete; while a
+//	                             job brings a DIR that held another tree to this
+//	                             archive's (upgrade.go), also "replace": true and
+//	                             "from": the KEY of the version DIR was complete
+//	                             with, when one was
 //	DIR/.tarmount-partial/       only while DIR is incomplete
 //	    journal                  "tarmount-journal 1 KEY\n" then one decimal entry
 //	                             id per line, for each regular file that is complete
@@ -42,6 +46,12 @@ const (
 type marker struct {
 	Source   string `json:"source"`
 	Complete bool   `json:"complete"`
+	// Replace says that DIR held another tree when the job began:
+	// whatever the archive lacks is removed, and a resumed job does so
+	// too. From is the source key of the version DIR was complete with
+	// ("" when unknown), whose index tells what is unchanged.
+	Replace bool   `json:"replace,omitempty"`
+	From    string `json:"from,omitempty"`
 }
 
 // markerPath returns where the marker of dir lives.

@@ -15,7 +15,7 @@
 #   6. go version and go build with GOROOT in a lazy mount, a materialized
 #      mount, ratarmount and a local tree
 #   7. peak RSS of every mount
-# and, when asked for (SCENARIOS=progressive, index-pass, boot):
+# and, when asked for (SCENARIOS=progressive, index-pass, boot, upgrade):
 #   8. progressive mount: from the start, when the files at 10%, 50% and
 #      90% of the tar stream, `go version` and all of them are usable, and
 #      when the index pass ends: a mount without an index (it serves during
@@ -35,6 +35,12 @@
 #      boot targets with the medians of the run. Not in the default set: at
 #      RUNS=3 it adds about 3 minutes for the go dataset's five codecs, 6
 #      for small and more for big to a default run of about an hour
+#  11. upgrade (go dataset only): DIR holds the go dataset as tarmount
+#      extract made it, and tarmount extract of another Go release
+#      (go1.27.3, fetched once from the module proxy with GOTOOLCHAIN and
+#      archived like the dataset) upgrades it in place, against the same
+#      extraction into an empty DIR; both with the two indexes in the
+#      cache: time, bytes from the origin, files written
 # on the datasets go (this machine's Go toolchain), small (200k files of
 # 1-8 KiB) and big (one 2 GiB text file), as .tar, .tar.gz, .tar.zst,
 # .seekable.tar.zst (tarmount pack) and .tar.lz4, served on 127.0.0.1 shaped
@@ -63,7 +69,7 @@
 #   PROFILES="objstore"     add unshaped for loopback without shaping
 #   SCENARIOS="1 2 3 4 5 6"   by number or name: 1 cold-mount, 2 warm-mount,
 #                           3 cold-read, 4 seq-read, 5 extract, 6 go-build,
-#                           8 progressive, 9 index-pass, 10 boot
+#                           8 progressive, 9 index-pass, 10 boot, 11 upgrade
 #   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
 #   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)

@@ -31,7 +31,7 @@ func (m *materializeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.dir, "materialize", "", "mount: also write the whole tree to this directory in the background, and serve files from it once complete")
 	fs.IntVar(&m.writers, "write-workers", 0, fmt.Sprintf("files written at once by extract and --materialize (default %d here)", materialize.DefaultWriters()))
 	fs.IntVar(&m.decoders, "decode-workers", 0, fmt.Sprintf("spans fetched and decoded at once by extract and --materialize (default %d here)", materialize.DefaultDecoders()))
-	fs.BoolVar(&m.overwrite, "overwrite", false, "extract into a non-empty directory that tarmount did not make from this archive")
+	fs.BoolVar(&m.overwrite, "overwrite", false, "replace what a non-empty directory that tarmount did not make holds: write the archive's tree and remove what the archive lacks")
 	fs.BoolVar(&m.sync, "fsync", false, "make the extracted tree durable (syncfs) before marking it complete, so that the mark holds after a power failure")
 	fs.BoolVar(&m.quiet, "quiet", false, "extract: no progress bar or progress lines, only errors")
 }

@@ -32,7 +32,11 @@ Examples:
 Write the whole tree of the archive into DIR, as tar -x -p --numeric-owner
 --xattrs would, as fast as the machine allows: spans decoded in parallel
 when an index exists, else one streamed pass that also saves the index. An
-interrupted extract resumes; DIR must be empty or ours (--overwrite).
+interrupted extract resumes. A DIR that tarmount made from another version
+of the archive is upgraded in place: unchanged files are kept untouched,
+changed ones replaced atomically, and what the new version lacks removed. A
+non-empty DIR that tarmount did not make is refused unless --overwrite,
+which also removes what the archive lacks.
 Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: extract URL:
 interrupted", exit 130 or 143.
 

@@ -203,6 +203,7 @@ var scenarioNames = [][2]string{
 	{"8", "progressive"},
 	{"9", "index-pass"},
 	{"10", "boot"},
+	{"11", "upgrade"},
 }
 
 func scenarioHelp() string {

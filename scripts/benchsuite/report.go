@@ -55,9 +55,10 @@ const (
 	scProgress  = "8. progressive mount, no index"
 	scIndexPass = "9. index pass to the end, no index"
 	scBoot      = "10. boot, empty cache, object storage"
+	scUpgrade   = "11. upgrade of a materialized go tree to another Go release"
 )
 
-var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass, scBoot}
+var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass, scBoot, scUpgrade}
 
 // percentile returns the p-th percentile (0-100) of xs by linear
 // interpolation between closest ranks; NaN for no values.

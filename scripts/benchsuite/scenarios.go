@@ -181,7 +181,7 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 	say("%s %s, profile %s: %s", d.name, codec, srv.name, cb.url)
 	sc := s.c.scenarios
 	// Scenario 10 publishes indexes of its own; the others use the saved ones.
-	if len(sc) > 1 || !sc["10"] {
+	if len(sc) > 1 || !sc["10"] && !sc["11"] {
 		if err := s.prepare(ctx, cb); err != nil {
 			return err
 		}
@@ -230,7 +230,13 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 	// Scenario 10 runs once per dataset and codec, with the profile of its
 	// own server.
 	if main && sc["10"] && srv.name == s.c.profiles[0] {
-		return s.boot(ctx, cb)
+		if err := s.boot(ctx, cb); err != nil {
+			return err
+		}
+	}
+	// Scenario 11 likewise, on the go dataset.
+	if main && sc["11"] && d.kind == "go" && srv.name == s.c.profiles[0] {
+		return s.upgrade(ctx, cb)
 	}
 	return nil
 }
