@@ -43,7 +43,8 @@ func TestPublishedIndexCommand(t *testing.T) {
 	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
 	m.stop(t)
 
-	m = mount(t, f.url, "--cache-dir", filepath.Join(f.work, "c2"), "--no-sidecar")
+	// Ready after its pass: a SIGTERM during it would interrupt it.
+	m = mount(t, f.url, "--cache-dir", filepath.Join(f.work, "c2"), "--no-sidecar", "--wait-index")
 	if log := m.stderr.String(); !strings.Contains(log, "msg=indexing") || strings.Contains(log, "published beside") {
 		t.Errorf("with --no-sidecar the mount did not index the archive itself:\n%s", log)
 	}
