@@ -35,7 +35,7 @@ func SavedPath(cacheDir, name string, id fetch.Identity) string {
 
 // partialPath is where the first pass over the archive named name, at
 // identity id, keeps its partial index while it runs, for a later pass to
-// resume if it stops early (index.PartialLog).
+// resume if it stops early (index.BuildOptions.Partial).
 func partialPath(cacheDir, name string, id fetch.Identity) string {
 	return savedPrefix(cacheDir, name) + id.Key() + ".partial"
 }

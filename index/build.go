@@ -297,12 +297,12 @@ func replay(p *Partial, add func(*tarscan.Header) error) error {
 // openPartialLog opens the partial index at path for a pass over id in
 // codec (continuing p's, if not nil); nil without a path, or when the
 // codec's pass cannot resume.
-func openPartialLog(path string, id fetch.Identity, codec Codec, span int64, p *Partial) (*PartialLog, error) {
+func openPartialLog(path string, id fetch.Identity, codec Codec, span int64, p *Partial) (*partialLog, error) {
 	if path == "" || !codec.resumable() {
 		return nil, nil
 	}
 	if p != nil {
-		return AppendPartialLog(path, p)
+		return appendPartialLog(path, p)
 	}
-	return CreatePartialLog(path, id, codec, span)
+	return createPartialLog(path, id, codec, span)
 }

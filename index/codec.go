@@ -96,10 +96,10 @@ var registry = []codec{
 		kinds:      []inflate.Kind{inflate.KindMember, inflate.KindBlock},
 	},
 	{
-		id:         CodecZstd,
-		name:       "zstd",
-		sniff:      startsWith(magicZstd),
-		newPass:    func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newZstdPass(r, rec)) },
+		id:      CodecZstd,
+		name:    "zstd",
+		sniff:   startsWith(magicZstd),
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newZstdPass(r, rec)) },
 		resume: func(r io.Reader, cp Checkpoint, _ []byte, rec *recorder) (passDecoder, func(), error) {
 			return passOf(newZstdPassAt(r, cp, rec))
 		},

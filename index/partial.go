@@ -21,7 +21,7 @@ import (
 // A partial index: what a first pass that stopped early (unmount, a
 // signal, a crash) had built, so that the next pass over the same object
 // resumes where it stood and fetches only the rest. The pass appends to
-// it as it goes (PartialLog), so that a crash loses at most the last span:
+// it as it goes (partialLog), so that a crash loses at most the last span:
 //
 //	magic "TARMOUNT-PART\n\0\0" (16 bytes), version u32 LE
 //	records, each: type (byte), payload length (uvarint), payload,
@@ -229,10 +229,10 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header, memberDiges
 	return true
 }
 
-// PartialLog appends to a partial index during a pass (BuildOptions.Log).
+// partialLog appends to a partial index during a pass (BuildOptions.Partial).
 // Write errors are reported once, by Close; the pass goes on without it.
 // It is not safe for concurrent use: the pass writes it.
-type PartialLog struct {
+type partialLog struct {
 	path    string
 	f       *os.File
 	w       *bufio.Writer
@@ -245,10 +245,10 @@ type PartialLog struct {
 	lastOut int64 // plain tar: scan offset of the latest resume point
 }
 
-// CreatePartialLog starts a new partial index at path (replacing one that
+// createPartialLog starts a new partial index at path (replacing one that
 // is there) for a pass over the object id in codec, with checkpoints every
 // span bytes.
-func CreatePartialLog(path string, id fetch.Identity, codec Codec, span int64) (*PartialLog, error) {
+func createPartialLog(path string, id fetch.Identity, codec Codec, span int64) (*partialLog, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -256,7 +256,7 @@ func CreatePartialLog(path string, id fetch.Identity, codec Codec, span int64) (
 	if err != nil {
 		return nil, err
 	}
-	l := &PartialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10)}
+	l := &partialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10)}
 	var head [len(partialMagic) + 4]byte
 	copy(head[:], partialMagic)
 	binary.LittleEndian.PutUint32(head[len(partialMagic):], partialVersion)
@@ -269,9 +269,9 @@ func CreatePartialLog(path string, id fetch.Identity, codec Codec, span int64) (
 	return l, l.flush()
 }
 
-// AppendPartialLog continues the partial index at path that p was read
+// appendPartialLog continues the partial index at path that p was read
 // from, after its latest resume point (what followed it is dropped).
-func AppendPartialLog(path string, p *Partial) (*PartialLog, error) {
+func appendPartialLog(path string, p *Partial) (*partialLog, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return nil, err
@@ -283,12 +283,12 @@ func AppendPartialLog(path string, p *Partial) (*PartialLog, error) {
 		f.Close()
 		return nil, err
 	}
-	return &PartialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), members: len(p.headers), points: 1,
+	return &partialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), members: len(p.headers), points: 1,
 		cps: len(p.checkpoints), digests: len(p.digests), lastOut: p.scan.Offset}, nil
 }
 
 // record appends one record.
-func (l *PartialLog) record(typ byte, payload []byte) {
+func (l *partialLog) record(typ byte, payload []byte) {
 	if l.err != nil {
 		return
 	}
@@ -301,7 +301,7 @@ func (l *PartialLog) record(typ byte, payload []byte) {
 
 // header logs the next member, once the pass has read it, with the
 // digest of its data (0: none, see digest.go).
-func (l *PartialLog) header(h *tarscan.Header, digest uint64) {
+func (l *partialLog) header(h *tarscan.Header, digest uint64) {
 	if l.err != nil {
 		return
 	}
@@ -326,7 +326,7 @@ func resumeAt(ix *Index, off int64) int {
 // due reports whether the member starting at st.Offset gives a new
 // resume point: a checkpoint at or before it not logged yet (for a plain
 // tar, a span since the latest resume point).
-func (l *PartialLog) due(ix *Index, st tarscan.State) bool {
+func (l *partialLog) due(ix *Index, st tarscan.State) bool {
 	if l.members == 0 {
 		return false // resuming before the first member is starting again
 	}
@@ -354,7 +354,7 @@ var errLocalSpans = errors.New("index: spans served from the decoded copy cannot
 
 // resume logs a resume point at st, before the member that starts there
 // (due said so), and makes it durable against a crash of the process.
-func (l *PartialLog) resume(ix *Index, st tarscan.State) {
+func (l *partialLog) resume(ix *Index, st tarscan.State) {
 	k := resumeAt(ix, st.Offset) // -1 for a plain tar
 	e := &encoder{}
 	e.uvarint(uint64(l.members))
@@ -379,7 +379,7 @@ func (l *PartialLog) resume(ix *Index, st tarscan.State) {
 
 // point logs a resume point before the member that the scan, now at st,
 // has just returned, when one is due.
-func (l *PartialLog) point(ix *Index, st tarscan.State) {
+func (l *partialLog) point(ix *Index, st tarscan.State) {
 	if l.err == nil && l.due(ix, st) {
 		l.resume(ix, st)
 	}
@@ -388,7 +388,7 @@ func (l *PartialLog) point(ix *Index, st tarscan.State) {
 // end closes the log of a pass that ended with err: it stays, for the
 // next pass to resume, only when ctx stopped the pass and it holds a
 // resume point.
-func (l *PartialLog) end(ctx context.Context, err error, log *slog.Logger) {
+func (l *partialLog) end(ctx context.Context, err error, log *slog.Logger) {
 	if err != nil && ctx.Err() != nil && l.points > 0 {
 		if cerr := l.Close(); cerr != nil {
 			log.Warn("could not keep the partial index: the next pass starts again", "path", l.path, "err", cerr)
@@ -398,7 +398,7 @@ func (l *PartialLog) end(ctx context.Context, err error, log *slog.Logger) {
 	l.Remove()
 }
 
-func (l *PartialLog) flush() error {
+func (l *partialLog) flush() error {
 	if l.err == nil {
 		l.err = l.w.Flush()
 	}
@@ -407,7 +407,7 @@ func (l *PartialLog) flush() error {
 
 // Close writes what is buffered and closes the file; it returns the first
 // write error.
-func (l *PartialLog) Close() error {
+func (l *partialLog) Close() error {
 	err := l.flush()
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
@@ -417,7 +417,7 @@ func (l *PartialLog) Close() error {
 
 // Remove closes the log and removes its file: the pass ended (its index
 // is saved) or failed for good.
-func (l *PartialLog) Remove() error {
+func (l *partialLog) Remove() error {
 	l.f.Close()
 	return os.Remove(l.path)
 }
