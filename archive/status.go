@@ -88,7 +88,7 @@ type PassStatus struct {
 	// from the partial index of an earlier pass that stopped early (0:
 	// it started at the beginning).
 	ResumedFrom int64 `json:"resumed_from,omitempty"`
-	Running            bool    `json:"running"`
+	Running     bool  `json:"running"`
 }
 
 type MaterializeStatus struct {
