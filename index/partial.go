@@ -92,9 +92,6 @@ func (p *Partial) In() int64 {
 // Members is the number of members the pass had read.
 func (p *Partial) Members() int { return len(p.headers) }
 
-// ScanOffset is where the next member starts in the tar stream.
-func (p *Partial) ScanOffset() int64 { return p.scan.Offset }
-
 // LoadPartial reads the partial index at path, if it was written for the
 // object id and holds a resume point; else it fails with ErrNoPartial (or
 // a read error).
