@@ -3,6 +3,7 @@ package archive
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/tarmount/tarmount/index"
@@ -60,11 +61,19 @@ func Extract(ctx context.Context, url, dir string, opts Options, mo MaterializeO
 		return nil, err
 	}
 	if a.ix != nil {
-		// Straight on the source: one exact range request per span.
-		x.reader = index.NewReader(a.ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log})
-		x.spans = materialize.IndexSpans(x.reader, a.src, materialize.Peers{})
+		x.inSpans(a.ix, nil)
 	}
 	return x, nil
+}
+
+// inSpans makes the extraction read ix in spans, straight on the source
+// (one exact range request per span), or for a stream-only archive from
+// local, its decoded copy; it reports whether ix has spans to read so.
+func (x *Extraction) inSpans(ix *index.Index, local io.ReaderAt) bool {
+	a := x.a
+	x.reader = index.NewReader(ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log, Local: local})
+	x.spans = materialize.IndexSpans(x.reader, a.src, materialize.Peers{})
+	return x.spans != nil
 }
 
 // Complete reports whether DIR was already complete: Run has nothing to
@@ -103,8 +112,7 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 			return nil, fmt.Errorf("extract %s: %w", a, err)
 		}
 		ix = a.ix
-		x.reader = index.NewReader(ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log, Local: a.local()})
-		if x.spans = materialize.IndexSpans(x.reader, a.src, materialize.Peers{}); x.spans == nil {
+		if !x.inSpans(ix, a.local()) {
 			return nil, fmt.Errorf("extract %s into %s: %w", a, x.job.Dir(), errNoSpans)
 		}
 	}
@@ -117,11 +125,10 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 			x.job.Abandon()
 			return nil, fmt.Errorf("extract %s: %w", a, err)
 		}
-		if a.passProg.resumed.Load() {
-			// The members before where the pass resumed were not
-			// staged: they are read in spans.
-			x.reader = index.NewReader(ix, a.src, index.ReaderOptions{Readahead: -1, Logger: a.log})
-			x.spans = materialize.IndexSpans(x.reader, a.src, materialize.Peers{})
+		if a.passProg.base.Load() > 0 {
+			// The pass resumed: the members before where it resumed
+			// were not staged, and are read in spans.
+			x.inSpans(ix, nil)
 		}
 		// Saved while the files are placed: nothing waits for it but
 		// the end of Run.

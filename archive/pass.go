@@ -205,7 +205,6 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 		pp.read.Store(from)
 		pp.base.Store(from)
 		pp.members.Store(int64(resume.Members()))
-		pp.resumed.Store(true)
 	}
 	var seenFiles, seenBytes *atomic.Int64
 	if a.bg != nil {
@@ -248,8 +247,7 @@ type passProgress struct {
 	read       atomic.Int64 // bytes of the archive as stored read by the pass (from the start, when resumed)
 	members    atomic.Int64 // archive members (tar headers) read by the pass (and the one it resumed)
 	ok         atomic.Bool  // the pass ended and succeeded
-	resumed    atomic.Bool  // the pass resumed where an earlier one stopped
-	base       atomic.Int64 // read when it resumed: not read by this pass
+	base       atomic.Int64 // where the pass resumed from an earlier one's partial index (0: from the start)
 }
 
 func (p *passProgress) begin(t time.Time) {
@@ -257,7 +255,6 @@ func (p *passProgress) begin(t time.Time) {
 	p.members.Store(0)
 	p.end.Store(0)
 	p.ok.Store(false)
-	p.resumed.Store(false)
 	p.base.Store(0)
 	p.start.Store(t.UnixNano())
 }

@@ -233,7 +233,8 @@ type partialLog struct {
 	path    string
 	f       *os.File
 	w       *bufio.Writer
-	buf     []byte
+	buf     []byte // the record being written
+	hbuf    []byte // the header record's payload being encoded
 	err     error
 	members int   // headers written
 	points  int   // resume points in the file
@@ -302,11 +303,11 @@ func (l *partialLog) header(h *tarscan.Header, digest uint64) {
 	if l.err != nil {
 		return
 	}
-	e := &encoder{buf: l.buf[:0]}
+	e := &encoder{buf: l.hbuf[:0]}
 	encodeHeader(e, h)
 	e.uvarint(digest)
-	payload := append([]byte(nil), e.buf...)
-	l.record(recHeader, payload)
+	l.hbuf = e.buf
+	l.record(recHeader, l.hbuf)
 	l.members++
 }
 
