@@ -3,6 +3,7 @@ package index
 import (
 	"bytes"
 	"compress/bzip2"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"runtime"
@@ -569,14 +570,38 @@ type bzip2Pass struct {
 func newBzip2Pass(r io.Reader, rec *recorder) *bzip2Pass {
 	// The first block starts after the stream header; its level is read
 	// with it.
-	w := newBz2Walker(r, nil, 0, 32, 0, bzip2Workers())
-	p := &bzip2Pass{w: w, rec: rec}
+	return newBzip2PassFrom(newBz2Walker(r, nil, 0, 32, 0, bzip2Workers()), rec)
+}
+
+// newBzip2PassAt resumes the pass at cp, a block start; r yields the
+// stream from cp.In on. The stream it enters has its combined CRC
+// checked at its end mark, with the CRC of the blocks before cp that the
+// first pass recorded at cp.
+func newBzip2PassAt(r io.Reader, cp Checkpoint, rec *recorder) (*bzip2Pass, error) {
+	if cp.Kind != kindBzip2Block || cp.Flags < 1 || cp.Flags > 9 {
+		return nil, fmt.Errorf("%w: a bzip2 pass resumes at a block start, not at checkpoint kind %d level %d", ErrCorrupt, cp.Kind, cp.Flags)
+	}
+	w := newBz2Walker(r, nil, int64(cp.In), int64(cp.In)*8+int64(cp.Bit), cp.Flags, bzip2Workers())
+	if len(cp.pass) == 4 {
+		w.crc, w.crcKnown = binary.LittleEndian.Uint32(cp.pass), true
+	}
+	return newBzip2PassFrom(w, rec), nil
+}
+
+// newBzip2PassFrom makes the pass over walker w, which reports a
+// checkpoint at a block start once a span's worth of output has passed.
+// Its pass state is the combined CRC of the stream's blocks before it.
+func newBzip2PassFrom(w *bz2Walker, rec *recorder) *bzip2Pass {
 	w.onBlock = func(start int64, level byte) {
 		if rec.due() {
-			rec.mark(Checkpoint{Kind: kindBzip2Block, In: CompressedOffset(start / 8), Bit: uint8(start % 8), Flags: level, Out: UncompressedOffset(rec.out)})
+			c := Checkpoint{Kind: kindBzip2Block, In: CompressedOffset(start / 8), Bit: uint8(start % 8), Flags: level, Out: UncompressedOffset(rec.out)}
+			if w.crcKnown {
+				c.pass = binary.LittleEndian.AppendUint32(nil, w.crc)
+			}
+			rec.mark(c)
 		}
 	}
-	return p
+	return &bzip2Pass{w: w, rec: rec}
 }
 
 func (p *bzip2Pass) Read(b []byte) (int, error) {

@@ -119,10 +119,13 @@ var registry = []codec{
 		kinds:      []inflate.Kind{kindFrame, kindLZ4Block, kindLZ4Legacy},
 	},
 	{
-		id:         CodecXz,
-		name:       "xz",
-		sniff:      startsWith(magicXz),
-		newPass:    func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newXzPass(r, rec)) },
+		id:      CodecXz,
+		name:    "xz",
+		sniff:   startsWith(magicXz),
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newXzPass(r, rec)) },
+		resume: func(r io.Reader, cp Checkpoint, _ []byte, rec *recorder) (passDecoder, func(), error) {
+			return passOf(newXzPassAt(r, cp, rec))
+		},
 		decodeSpan: decodeXzSpan,
 		kinds:      []inflate.Kind{kindXzBlock, kindLocal},
 		streamOnly: "it has an xz stream of one block (xz without -T writes one) or a block too big to decode per read",
@@ -137,6 +140,13 @@ var registry = []codec{
 		},
 		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) {
 			b := newBzip2Pass(r, rec)
+			return b, b.close, nil
+		},
+		resume: func(r io.Reader, cp Checkpoint, _ []byte, rec *recorder) (passDecoder, func(), error) {
+			b, err := newBzip2PassAt(r, cp, rec)
+			if err != nil {
+				return nil, nop, err
+			}
 			return b, b.close, nil
 		},
 		decodeSpan: decodeBzip2Span,

@@ -3,8 +3,10 @@ package index
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -104,18 +106,28 @@ func TestResumePass(t *testing.T) {
 	}
 }
 
-// TestResumeChecksTrailer: a pass resumed in the middle of a gzip member
-// or an lz4 frame still checks the member's CRC-32 or the frame's content
-// checksum at its end.
+// TestResumeChecksTrailer: a pass resumed in the middle of a gzip member,
+// an lz4 frame, a bzip2 stream or an xz stream still checks what the end
+// of it says of all its data: the member's CRC-32, the frame's content
+// checksum, the stream's combined CRC, the records of the xz index.
 func TestResumeChecksTrailer(t *testing.T) {
 	raw := tarBytes(t, resumeMembers())
+	// flip damages the bit at off of obj, counted from its end.
+	flip := func(back int) func([]byte) {
+		return func(b []byte) { b[len(b)-back] ^= 1 }
+	}
 	for _, c := range []struct {
-		name string
-		obj  []byte
-		bad  error
+		name   string
+		obj    []byte
+		damage func([]byte)
+		bad    error
+		want   string
 	}{
-		{"gzip", tarbuild.GzipLevel(raw, 6), inflate.ErrCorrupt},
-		{"lz4", tarbuild.LZ4(raw, false), ErrCorrupt},
+		{"gzip", tarbuild.GzipLevel(raw, 6), flip(8), inflate.ErrCorrupt, "checksum"},
+		{"lz4", tarbuild.LZ4(raw, false), flip(4), ErrCorrupt, "checksum"},
+		// The combined CRC ends at most 7 bits before the end.
+		{"bzip2", cli("bzip2", "-9")(t, raw), flip(2), ErrCorrupt, "stream checksum mismatch"},
+		{"xz", cli("xz", "-T2", "--block-size=64KiB")(t, raw), xzBreakIndex, ErrCorrupt, "stream index records do not match"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			obj := c.obj
@@ -130,18 +142,25 @@ func TestResumeChecksTrailer(t *testing.T) {
 				t.Fatalf("resume checkpoint %+v has no pass state", cp)
 			}
 			bad := bytes.Clone(obj)
-			// The gzip trailer's CRC-32, the lz4 frame's content checksum.
-			at := len(bad) - 8
-			if c.name == "lz4" {
-				at = len(bad) - 4
-			}
-			bad[at] ^= 1
+			c.damage(bad)
 			_, err = Build(context.Background(), bytes.NewReader(bad[p.In():]), id, BuildOptions{Span: 256 << 10, Resume: p})
-			if !errors.Is(err, c.bad) || !strings.Contains(err.Error(), "checksum") {
-				t.Fatalf("resumed pass over a damaged checksum: got %v, want a checksum mismatch", err)
+			if !errors.Is(err, c.bad) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("resumed pass over a damaged end: got %v, want %q", err, c.want)
 			}
 		})
 	}
+}
+
+// xzBreakIndex changes the first record of the index of the last stream
+// of the xz file b, and mends the index's CRC-32, so that only a
+// comparison with the blocks decoded finds it.
+func xzBreakIndex(b []byte) {
+	foot := b[len(b)-xzFooterLen:]
+	size := (int(binary.LittleEndian.Uint32(foot[4:8])) + 1) * 4
+	ix := b[len(b)-xzFooterLen-size : len(b)-xzFooterLen]
+	_, n := xzVarint(ix[1:]) // the record count
+	ix[1+n] ^= 1             // the low bit of the first unpadded size
+	binary.LittleEndian.PutUint32(ix[len(ix)-4:], crc32.ChecksumIEEE(ix[:len(ix)-4]))
 }
 
 // buildStopped runs a pass over obj (from its resume point, with

@@ -72,6 +72,46 @@ func xzCheckSize(check byte) int {
 // xzRecord is a block as the stream index describes it.
 type xzRecord struct{ unpadded, size uint64 }
 
+// xzRecords is what the pass keeps of the records of the blocks of the
+// stream it is in, for the check of the stream's index: their number and
+// a CRC-64 of their encoding in the index. It is also the pass state at a
+// block start (passState), so that a pass resumed there checks the index
+// of the stream it enters.
+type xzRecords struct {
+	n   uint64
+	sum uint64 // crc64 (ECMA) of the records as the index encodes them
+	// unknown: the pass resumed in the stream without the state of the
+	// blocks before; its index is not checked against them.
+	unknown bool
+}
+
+// add counts record r.
+func (x *xzRecords) add(r xzRecord) {
+	var b [2 * binary.MaxVarintLen64]byte
+	e := binary.AppendUvarint(binary.AppendUvarint(b[:0], r.unpadded), r.size)
+	x.n++
+	x.sum = crc64.Update(x.sum, crc64Table, e)
+}
+
+// passState encodes x as the pass state of a checkpoint.
+func (x *xzRecords) passState() []byte {
+	if x.unknown {
+		return nil
+	}
+	return binary.LittleEndian.AppendUint64(binary.AppendUvarint(nil, x.n), x.sum)
+}
+
+// setPassState restores what passState recorded; false when st is not
+// such a record.
+func (x *xzRecords) setPassState(st []byte) bool {
+	n, k := binary.Uvarint(st)
+	if k <= 0 || len(st) != k+8 {
+		return false
+	}
+	*x = xzRecords{n: n, sum: binary.LittleEndian.Uint64(st[k:])}
+	return true
+}
+
 // xzDecoder decodes an xz file block by block. In the index pass (rec
 // set) it reports a checkpoint at a block start once a span's worth of
 // output has passed, verifies every check, the index and the footer of
@@ -89,7 +129,7 @@ type xzDecoder struct {
 	flags  [2]byte       // stream flags: 00, check type
 	sum    hash.Hash     // of the block's output; nil for no check
 	sums   [16]hash.Hash // by check type, made once
-	blocks []xzRecord    // of the current stream (pass)
+	blocks xzRecords     // of the current stream (pass)
 	forced bool          // the next block start must be a checkpoint
 
 	inBlock   bool
@@ -135,6 +175,22 @@ func newXzPass(r io.Reader, rec *recorder) (*xzDecoder, error) {
 	if err := d.streamHeader(); err != nil {
 		return nil, err
 	}
+	return d, nil
+}
+
+// newXzPassAt resumes the pass at cp, a block start; r yields the file
+// from cp.In on. The stream it enters has its index checked against its
+// blocks with the records of the blocks before cp that the first pass
+// recorded at cp.
+func newXzPassAt(r io.Reader, cp Checkpoint, rec *recorder) (*xzDecoder, error) {
+	if cp.Kind != kindXzBlock {
+		return nil, fmt.Errorf("%w: an xz pass resumes at a block start, not at checkpoint kind %d", ErrCorrupt, cp.Kind)
+	}
+	d := &xzDecoder{cr: newCountingReader(r, int64(cp.In)), rec: rec, maxOut: -1, big: maxFrameSpan(rec.span)}
+	if err := d.setCheck(cp.Flags); err != nil {
+		return nil, err
+	}
+	d.blocks.unknown = !d.blocks.setPassState(cp.pass)
 	return d, nil
 }
 
@@ -214,7 +270,7 @@ func (d *xzDecoder) streamHeader() error {
 	if h[6] != 0 {
 		return d.corrupt("bad stream flags")
 	}
-	d.blocks = d.blocks[:0]
+	d.blocks = xzRecords{}
 	return d.setCheck(h[7])
 }
 
@@ -370,10 +426,11 @@ func (d *xzDecoder) blockStart() error {
 	if dict > xzMaxDict {
 		return fmt.Errorf("%w: xz dictionary of %d MiB", ErrUnsupported, dict>>20)
 	}
-	d.first = len(d.blocks) == 0
+	d.first = d.blocks.n == 0 && !d.blocks.unknown
 	if rec := d.rec; rec != nil {
 		if d.forced || rec.due() {
-			rec.mark(Checkpoint{Kind: kindXzBlock, In: CompressedOffset(start), Flags: d.flags[1], Out: UncompressedOffset(rec.out)})
+			rec.mark(Checkpoint{Kind: kindXzBlock, In: CompressedOffset(start), Flags: d.flags[1], Out: UncompressedOffset(rec.out),
+				pass: d.blocks.passState()})
 		}
 		d.forced = false
 		switch {
@@ -430,7 +487,7 @@ func (d *xzDecoder) endBlock() error {
 	if rec == nil {
 		return nil
 	}
-	d.blocks = append(d.blocks, xzRecord{uint64(d.headerLen + comp + int64(n)), uint64(d.blockOut)})
+	d.blocks.add(xzRecord{uint64(d.headerLen + comp + int64(n)), uint64(d.blockOut)})
 	switch {
 	case rec.localSpans:
 		rec.endLocal()
@@ -486,10 +543,11 @@ func (d *xzDecoder) streamEnd() error {
 	if err != nil {
 		return err
 	}
-	if count != uint64(len(d.blocks)) {
-		return d.corrupt("stream index lists %d blocks, the stream has %d", count, len(d.blocks))
+	if count != d.blocks.n && !d.blocks.unknown {
+		return d.corrupt("stream index lists %d blocks, the stream has %d", count, d.blocks.n)
 	}
-	for i, b := range d.blocks {
+	var listed xzRecords
+	for range count {
 		var r xzRecord
 		if r.unpadded, err = varint(); err != nil {
 			return err
@@ -497,9 +555,10 @@ func (d *xzDecoder) streamEnd() error {
 		if r.size, err = varint(); err != nil {
 			return err
 		}
-		if r != b {
-			return d.corrupt("stream index record %d is %v, the block is %v", i, r, b)
-		}
+		listed.add(r)
+	}
+	if listed.sum != d.blocks.sum && !d.blocks.unknown {
+		return d.corrupt("stream index records do not match the blocks of the stream")
 	}
 	for (d.cr.off-start)%4 != 0 {
 		if c, err := byteOf(); err != nil || c != 0 {
