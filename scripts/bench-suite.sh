@@ -64,8 +64,9 @@
 # Environment (each also a flag of the driver; more driver flags, such as -reads 50, go on the command line):
 #   RUNS=3                  runs per scenario and tool
 #   DATASETS="go small big"
-#   CODECS=""               for every dataset: tar gz zst seekable lz4
-#                           (default: all for go, gz for small and big)
+#   CODECS=""               for every dataset: tar gz zst seekable lz4 bz2 xz
+#                           (default: the first five for go, gz for small and big;
+#                           bz2 is lbzip2 -9, xz is xz -T2 -6 in blocks of 24 MiB)
 #   PROFILES="objstore"     add unshaped for loopback without shaping
 #   SCENARIOS="1 2 3 4 5 6"   by number or name: 1 cold-mount, 2 warm-mount,
 #                           3 cold-read, 4 seq-read, 5 extract, 6 go-build,

@@ -171,6 +171,10 @@ func decoder(codec string) (label, cmd string) {
 		return "zstd -d", "zstd -dc"
 	case "lz4":
 		return "lz4 -d", "lz4 -dc"
+	case "bz2":
+		return "lbzip2 -d", "lbzip2 -dc"
+	case "xz":
+		return "xz -d", "xz -T2 -dc"
 	}
 	return "cat", "cat"
 }
@@ -570,6 +574,10 @@ func curlTar(codec string) string {
 		return "curl | tar --zstd -x"
 	case "lz4":
 		return "curl | lz4 -dc | tar -x"
+	case "bz2":
+		return "curl | tar -xj"
+	case "xz":
+		return "curl | tar -xJ"
 	}
 	return "curl | tar -x"
 }
@@ -652,7 +660,7 @@ func (s *suite) peerCmd(codec, tool, url, dest, dl string) (argv []string, na st
 		if codec == "lz4" {
 			return sh(`curl -sSf "$1" | lz4 -dc | tar -x -C "$2"`), ""
 		}
-		tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd"}[codec]
+		tarFlag := map[string]string{"gz": "-z", "zst": "--zstd", "seekable": "--zstd", "bz2": "-j", "xz": "-J"}[codec]
 		return sh(`curl -sSf "$1" | tar -x ` + tarFlag + ` -C "$2"`), ""
 	case toolCurlPigz:
 		return sh(`curl -sSf "$1" | pigz -dc | tar -x -C "$2"`), ""
