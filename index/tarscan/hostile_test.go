@@ -21,9 +21,11 @@ func smallArchive() (data []byte, clean []int) {
 	a.pax('g', "comment=global", "uname=g")
 	mark()
 	a.pax('x', "path="+strings.Repeat("p", 150), "mtime=1.5", "SCHILY.xattr.user.x=1")
+	mark() // an archive may end after extended headers, as GNU tar reads it
 	a.file(hb{Name: "short", Typeflag: '0', Layout: tarbuild.USTAR}, []byte("pax member"))
 	mark()
 	a.file(hb{Name: "././@LongLink", Typeflag: 'L', Layout: tarbuild.GNU}, []byte(strings.Repeat("l", 120)+"\x00"))
+	mark()
 	a.hdr(hb{Name: "x", Typeflag: '2', Linkname: "target", Layout: tarbuild.GNU})
 	mark()
 	a.hdr(hb{Name: "dir/", Typeflag: '5', Layout: tarbuild.USTAR, Mode: 0o755})
@@ -36,6 +38,7 @@ func smallArchive() (data []byte, clean []int) {
 	a.data([]byte("aaabbbcccdddeeefff"))
 	mark()
 	a.pax('x', "GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=sparse10", "GNU.sparse.realsize=30")
+	mark()
 	a.file(hb{Name: "GNUSparseFile.0/sparse10", Typeflag: '0', Layout: tarbuild.USTAR},
 		sparse1Data([]SparseChunk{{0, 4}, {20, 6}}, "abcdefghij"))
 	mark()

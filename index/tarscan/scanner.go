@@ -423,9 +423,8 @@ func (s *Scanner) readHeader(off int64) error {
 	n, err := s.readFull(s.blk[:])
 	switch {
 	case err == io.EOF:
-		if s.pend.active() {
-			return fmt.Errorf("%w: stream ends at %d after an extended header", ErrTruncated, off)
-		}
+		// GNU tar ends there too: the extended headers describe no
+		// member.
 		return io.EOF
 	case err == io.ErrUnexpectedEOF:
 		if s.headers == 0 && !plausiblePrefix(s.blk[:n]) {
@@ -485,13 +484,14 @@ func (s *Scanner) metaSize(off int64) (int64, error) {
 	return n, nil
 }
 
-// readPAX appends the records of the pax extended header at off to the
-// member's records.
+// readPAX reads the records of the pax extended header at off as the
+// member's records. Of several in a row the last counts, as in GNU tar.
 func (s *Scanner) readPAX(off int64) error {
 	n, err := s.metaSize(off)
 	if err != nil {
 		return err
 	}
+	s.paxBuf, s.paxRecs = s.paxBuf[:0], s.paxRecs[:0]
 	if n > s.lim.MaxPAXSize-int64(len(s.paxBuf)) {
 		return fmt.Errorf("%w: header at %d: pax records of %d bytes exceed the limit of %d",
 			ErrCorrupt, off, n+int64(len(s.paxBuf)), s.lim.MaxPAXSize)
