@@ -104,6 +104,11 @@ func (t *tree) fillAttr(id index.EntryID, e *index.Entry, out *fuse.Attr) {
 		// unset; 0000 would lock everybody but root out.
 		perm = 0o755
 	}
+	if typ == syscall.S_IFLNK {
+		// Linux gives every symlink 0777, whatever the archive says
+		// (GNU tar and bsdtar extract them so).
+		perm = 0o777
+	}
 	out.Ino = inodeNumber(id)
 	out.Mode = typ | perm
 	out.Nlink = max(e.Nlink, 1)

@@ -397,14 +397,25 @@ func craftedCases() []craftedCase {
 		add(craftedCase{name: "pax " + bad.name, data: a.end(), want: []Header{H("ok", TypeReg, 0)},
 			err: "ErrCorrupt", errHas: bad.has})
 	}
-	// A pax time that does not parse is ignored, as GNU tar does: the
-	// header's stands (Go's testdata pax-bad-mtime-file.tar).
-	for _, bad := range []string{"mtime=12a", "mtime=12.3e4", "mtime=-", "atime=x", "ctime=1e9"} {
+	// A pax time that is not a number is read as GNU tar reads it: the
+	// number it starts with, else ignored and the header's stands (Go's
+	// testdata pax-bad-mtime-file.tar: "999xxx9324.43" is 999 s).
+	for _, bad := range []struct {
+		rec string
+		set func(h *Header)
+	}{
+		{"mtime=999xxx9324.432432444444", func(h *Header) { h.MTime = 999e9 }},
+		{"mtime=12.3e4", func(h *Header) { h.MTime = 12.3e9 }},
+		{"mtime=-", func(h *Header) {}},
+		{"mtime=x1", func(h *Header) {}},
+		{"atime=-5x", func(h *Header) { h.ATime, h.HasATime = -5e9, true }},
+		{"ctime=1.x", func(h *Header) { h.CTime, h.HasCTime = 1e9, true }},
+	} {
 		a := &arch{}
-		a.pax('x', bad)
+		a.pax('x', bad.rec)
 		a.hdr(hb{Name: "t", Typeflag: '0', Layout: tarbuild.USTAR, Mtime: 7})
-		add(craftedCase{name: "pax ignored " + bad, data: a.end(), want: []Header{
-			H("t", TypeReg, 0, func(h *Header) { h.MTime, h.PAX = 7e9, nil }),
+		add(craftedCase{name: "pax time " + bad.rec, data: a.end(), want: []Header{
+			H("t", TypeReg, 0, func(h *Header) { h.MTime = 7e9; bad.set(h) }),
 		}})
 	}
 	{

@@ -312,8 +312,8 @@ func (s *Scanner) applyPAX(p *paxState, k, v []byte) error {
 		p.devmajor, p.hasMajor, err = decimalField(v)
 	case "SCHILY.devminor":
 		p.devminor, p.hasMinor, err = decimalField(v)
-	// A time that does not parse is ignored, as GNU tar does (the
-	// header's mtime stands).
+	// A time that is not a number is read as GNU tar reads it: the
+	// number it starts with, else ignored (the header's mtime stands).
 	case "mtime":
 		p.mtime, p.hasMTime = timeField(v)
 	case "atime":
@@ -436,6 +436,26 @@ func timeField(v []byte) (int64, bool) {
 		return 0, false
 	}
 	x, err := parsePAXTime(v)
+	if err != nil {
+		// GNU tar reads the number that the value starts with, if any
+		// ("999xxx9324.43" is 999 s), as strtol would.
+		n := 0
+		if n < len(v) && v[n] == '-' {
+			n++
+		}
+		digits := n
+		for n < len(v) && v[n] >= '0' && v[n] <= '9' {
+			n++
+		}
+		if n == digits {
+			return 0, false
+		}
+		if n+1 < len(v) && v[n] == '.' && v[n+1] >= '0' && v[n+1] <= '9' {
+			for n++; n < len(v) && v[n] >= '0' && v[n] <= '9'; n++ {
+			}
+		}
+		x, err = parsePAXTime(v[:n])
+	}
 	return x, err == nil
 }
 

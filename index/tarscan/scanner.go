@@ -145,7 +145,9 @@ type Limits struct {
 	// that much. Default 64 KiB.
 	MaxGlobalPAXSize int64
 	// MaxNameLen bounds names and link targets from GNU long-name headers
-	// and pax records. Default 1 MiB.
+	// and pax records. Default 64 KiB: Linux paths end at 4 KiB, and GNU
+	// tar and bsdtar fail on longer names (Go's testdata
+	// pax-bad-hdr-large.tar.bz2 has one of 1 MiB).
 	MaxNameLen int
 	// MaxSparseChunks bounds the entries of one sparse map. Default 1<<20.
 	MaxSparseChunks int
@@ -156,7 +158,7 @@ const (
 
 	defaultMaxPAXSize      = 16 << 20
 	defaultMaxGlobalSize   = 64 << 10
-	defaultMaxNameLen      = 1 << 20
+	defaultMaxNameLen      = 64 << 10
 	defaultMaxSparseChunks = 1 << 20
 
 	// maxGlobalRecords bounds the pax global records in force, which every
