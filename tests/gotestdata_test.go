@@ -1,0 +1,218 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/internal/testutil"
+	"github.com/tarmount/tarmount/internal/testutil/treecmp"
+)
+
+// goTestdataCodecs are the forms each archive of Go's testdata is served
+// in, each made by its codec's CLI from the plain tar.
+var goTestdataCodecs = []struct {
+	ext string
+	cmd []string // compresses stdin to stdout; nil for the plain tar
+}{
+	{".tar", nil},
+	{".tar.gz", []string{"gzip", "-c"}},
+	{".tar.zst", []string{"zstd", "-q", "-c"}},
+	{".tar.lz4", []string{"lz4", "-q", "-c"}},
+	{".tar.bz2", []string{"bzip2", "-c"}},
+	{".tar.xz", []string{"xz", "-c"}},
+}
+
+// TestGoTarTestdata: every archive in Go's archive/tar testdata, in every
+// codec, through `tarmount extract` and through a mount, gives the tree
+// that GNU tar extracts; where GNU tar fails and bsdtar succeeds, bsdtar's;
+// where both fail, tarmount fails too, with a non-zero exit and one line.
+// The expectations come from running both tools here, on the plain tar.
+func TestGoTarTestdata(t *testing.T) {
+	needFUSE(t)
+	tools := []string{"tar", "bsdtar"}
+	for _, c := range goTestdataCodecs {
+		if c.cmd != nil {
+			tools = append(tools, c.cmd[0])
+		}
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Missing(t, "%s is not installed", tool)
+		}
+	}
+	src := filepath.Join(runtime.GOROOT(), "src", "archive", "tar", "testdata")
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		testutil.Missing(t, "Go's archive/tar testdata: %v", err)
+	}
+	n := 0
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.Contains(name, ".tar") {
+			continue // small.txt, small2.txt: members of other tests
+		}
+		n++
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			work := t.TempDir()
+			plain := filepath.Join(work, "plain.tar")
+			if err := os.WriteFile(plain, goTestdataTar(t, filepath.Join(src, name)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ref, refBy := goTestdataRef(t, work, plain)
+			for _, c := range goTestdataCodecs {
+				t.Run(strings.TrimPrefix(c.ext, "."), func(t *testing.T) {
+					obj := filepath.Join(work, "a"+c.ext)
+					if c.cmd != nil {
+						compressFile(t, c.cmd, plain, obj)
+					} else {
+						obj = plain
+					}
+					checkGoTestdata(t, obj, ref, refBy)
+				})
+			}
+		})
+	}
+	if n < 40 {
+		t.Fatalf("found %d archives in %s, want the 40 or more of Go's testdata", n, src)
+	}
+}
+
+// goTestdataTar returns the plain tar of a testdata file: decoded from
+// base64 (.base64) or bzip2 (.bz2) as the file's name says.
+func goTestdataTar(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(path, ".base64") {
+		if data, err = base64.StdEncoding.DecodeString(string(data)); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	if strings.HasSuffix(path, ".bz2") {
+		cmd := exec.Command("bzip2", "-dc")
+		cmd.Stdin = bytes.NewReader(data)
+		if data, err = cmd.Output(); err != nil {
+			t.Fatalf("bzip2 -dc %s: %v", path, err)
+		}
+	}
+	return data
+}
+
+// goTestdataRef extracts plain with GNU tar and with bsdtar, as root with
+// owners, modes and xattrs, and returns the tree to expect ("" when both
+// fail) and which tool made it.
+func goTestdataRef(t *testing.T, work, plain string) (ref, by string) {
+	t.Helper()
+	gnu := filepath.Join(work, "gnu")
+	bsd := filepath.Join(work, "bsd")
+	gnuOut, gnuErr := runIn(gnu, "tar", "-x", "--xattrs", "--xattrs-include=*", "--same-owner", "-p", "--numeric-owner",
+		"--delay-directory-restore", "-f", plain)
+	bsdOut, bsdErr := runIn(bsd, "bsdtar", "-x", "--xattrs", "-p", "--numeric-owner", "-f", plain)
+	switch {
+	case gnuErr == nil:
+		return gnu, "GNU tar"
+	case bsdErr == nil:
+		t.Logf("GNU tar fails (%v: %s); bsdtar succeeds", gnuErr, gnuOut)
+		return bsd, "bsdtar"
+	}
+	t.Logf("GNU tar and bsdtar fail: %s; %s", gnuOut, bsdOut)
+	return "", ""
+}
+
+// runIn runs a command in a new directory dir and returns its output.
+func runIn(dir string, argv ...string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// compressFile writes in, compressed by argv (stdin to stdout), to out.
+func compressFile(t *testing.T, argv []string, in, out string) {
+	t.Helper()
+	r, err := os.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var stderr bytes.Buffer
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, w, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, &stderr)
+	}
+}
+
+// checkGoTestdata extracts obj and mounts it, and compares both trees with
+// ref; with no ref, both must fail.
+func checkGoTestdata(t *testing.T, obj, ref, refBy string) {
+	t.Helper()
+	work := t.TempDir()
+	cache := filepath.Join(work, "cache")
+	dest := filepath.Join(work, "x")
+	cmd := exec.Command(binary, "extract", obj, dest, "--cache-dir", cache, "--quiet")
+	out, err := cmd.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	// Directories the archive does not list and symlinks get the time
+	// of extraction from GNU tar; the root is the tool's.
+	opts := treecmp.Options{MaxErrors: 20, SkipRoot: true, SkipDirMTime: true, SkipSymlinkMTime: true}
+	if strings.Contains(t.Name(), "pax-global-records") {
+		// Only bsdtar reads it, and bsdtar ignores pax global records;
+		// GNU tar and POSIX apply them, and so does tarmount: here
+		// they set an mtime.
+		opts.MTimeResolution = 1 << 62
+	}
+	if ref == "" {
+		if err == nil {
+			t.Fatalf("tarmount extract succeeded where GNU tar and bsdtar fail:\n%s", out)
+		}
+		if last := lines[len(lines)-1]; !strings.HasPrefix(last, "tarmount: extract ") {
+			t.Errorf("tarmount extract failed without a one-line error at its end:\n%s", out)
+		}
+	} else {
+		if err != nil {
+			t.Fatalf("tarmount extract failed where %s succeeds: %v\n%s", refBy, err, out)
+		}
+		treecmp.Compare(t, ref, dest, opts)
+	}
+
+	// The mount: ready only once its pass has read the whole archive, so
+	// that a damaged one fails at start.
+	mnt := t.TempDir()
+	m := startMount(t, nil, mnt, obj, "--cache-dir", filepath.Join(work, "mcache"), "--wait-index")
+	err = m.waitReady(time.Minute)
+	if ref == "" {
+		if err == nil {
+			t.Fatalf("the mount is ready where GNU tar and bsdtar fail:\n%s", m.stderr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Files over 1 GiB (two sparse files of 60 GB) are compared in DIR
+	// only: the mount answers no SEEK_DATA, so their holes would be read.
+	opts.Ignore = func(p string) bool {
+		fi, err := os.Lstat(filepath.Join(ref, p))
+		return err == nil && fi.Mode().IsRegular() && fi.Size() > 1<<30
+	}
+	treecmp.Compare(t, ref, mnt, opts)
+}
