@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/internal/testutil"
@@ -20,6 +23,7 @@ import (
 	"github.com/tarmount/tarmount/internal/testutil/hostile"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
+	"github.com/tarmount/tarmount/internal/xattr"
 )
 
 // fileSource reads a local archive.
@@ -149,12 +153,12 @@ func TestMalicious(t *testing.T) {
 					t.Fatal(err)
 				}
 				out := filepath.Join(work, "out")
-				before := hostile.Snapshot(t, work, "out", ".out.tarmount")
+				before := hostile.Snapshot(t, work, "out")
 				j, err := extract(t, archive, out, cold, Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				after := hostile.Snapshot(t, work, "out", ".out.tarmount")
+				after := hostile.Snapshot(t, work, "out")
 				for _, d := range hostile.DiffTrees(after, before) {
 					t.Errorf("outside DIR: %s", d)
 				}
@@ -277,5 +281,78 @@ func TestExtractHostile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStateInsideDir: a job keeps its state in DIR (an xattr, the journal
+// under DIR/.tarmount-partial), so it runs where nothing may be written
+// beside DIR: here DIR's parent is immutable (chattr +i), as the root of
+// a read-only volume would be. A marker that an older version wrote beside
+// DIR is still read, and moves into DIR.
+func TestStateInsideDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "root, to make a directory immutable")
+	}
+	if _, err := exec.LookPath("chattr"); err != nil {
+		testutil.Missing(t, "chattr (e2fsprogs)")
+	}
+	work := t.TempDir()
+	archive := filepath.Join(work, "a.tar")
+	writeTar(t, archive, []tarbuild.Entry{{Name: "d/f", Body: []byte("data")}}, false)
+	parent := filepath.Join(work, "parent")
+	out := filepath.Join(parent, "out")
+	mkdir(t, out)
+	if msg, err := exec.Command("chattr", "+i", parent).CombinedOutput(); err != nil {
+		testutil.Missing(t, "chattr +i on this filesystem: %v: %s", err, msg)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", parent).Run() })
+	for _, cold := range []bool{true, false} {
+		if cold {
+			if _, err := extract(t, archive, out, cold, Options{}); err != nil {
+				t.Fatalf("extract under an immutable parent: %v", err)
+			}
+		} else {
+			// Complete: nothing to do, and nothing written.
+			if j, err := extract(t, archive, out, cold, Options{}); err != nil || !j.Complete() {
+				t.Fatalf("extract again: got %v (complete %v), want a complete DIR", err, j != nil && j.Complete())
+			}
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "d", "f")); err != nil || string(b) != "data" {
+		t.Fatalf("d/f: got %q, %v", b, err)
+	}
+	if m, ok := readMarker(out); !ok || !m.Complete {
+		t.Errorf("marker: got %+v, %v; want a complete one", m, ok)
+	}
+	ents, _ := os.ReadDir(parent)
+	if len(ents) != 1 {
+		t.Errorf("the parent holds %d entries, want DIR alone", len(ents))
+	}
+	exec.Command("chattr", "-i", parent).Run()
+
+	// A DIR that an older version completed, its marker beside it.
+	old := filepath.Join(work, "old")
+	if _, err := extract(t, archive, old, true, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := readMarker(old)
+	data, _ := json.Marshal(m)
+	if err := unix.Removexattr(old, xattr.State); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(legacyMarkerPath(old), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := readMarker(old); !ok || got != m {
+		t.Fatalf("legacy marker: got %+v, %v; want %+v", got, ok, m)
+	}
+	if err := writeMarker(old, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(legacyMarkerPath(old)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("legacy marker after a write: %v, want it removed", err)
+	}
+	if got, ok := readMarker(old); !ok || got != m {
+		t.Errorf("marker moved into DIR: got %+v, %v; want %+v", got, ok, m)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,16 +12,21 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/xattr"
 )
 
 // State on disk, for resuming and for telling our DIR from somebody
-// else's:
+// else's, all of it inside DIR, so that nothing is written beside it (its
+// parent may be read-only, or the root of a volume):
 //
-//	PARENT/.BASE.tarmount        marker, JSON {"source": KEY, "complete": bool},
-//	                             written (atomically) before the first byte goes
-//	                             into DIR and again once DIR is complete; while a
-//	                             job brings a DIR that held another tree to this
+//	DIR                          xattr user.tarmount.state (xattr.State): the
+//	                             marker, JSON {"source": KEY, "complete": bool},
+//	                             set (and synced) before the first byte goes into
+//	                             DIR and again once DIR is complete; while a job
+//	                             brings a DIR that held another tree to this
 //	                             archive's (upgrade.go), also "replace": true and
 //	                             "from": the KEY of the version DIR was complete
 //	                             with, when one was
@@ -32,8 +38,10 @@ import (
 //	    tmp/                     files being written, renamed into place when done;
 //	                             emptied when a job starts
 //
-// The marker lives beside DIR so that DIR itself ends up holding exactly
-// the archive's tree; the journal lives in DIR so that it goes away with
+// On a filesystem without user xattrs the marker is the file
+// PARENT/.BASE.tarmount beside DIR instead, where versions before the
+// xattr kept it: it is read when DIR has no xattr, and removed once the
+// xattr is written. The journal lives in DIR so that it goes away with
 // the data it describes.
 
 const (
@@ -54,27 +62,85 @@ type marker struct {
 	From    string `json:"from,omitempty"`
 }
 
-// markerPath returns where the marker of dir lives.
-func markerPath(dir string) string {
+// legacyMarkerPath returns where the marker of dir lives on a filesystem
+// without user xattrs (and where older versions kept it).
+func legacyMarkerPath(dir string) string {
 	return filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".tarmount")
 }
 
+// readMarker returns the marker of dir: its xattr, else the file beside
+// it.
 func readMarker(dir string) (marker, bool) {
 	var m marker
-	data, err := os.ReadFile(markerPath(dir))
-	if err != nil || json.Unmarshal(data, &m) != nil || m.Source == "" {
+	data, err := getState(dir)
+	if err != nil {
+		if data, err = os.ReadFile(legacyMarkerPath(dir)); err != nil {
+			return marker{}, false
+		}
+	}
+	if json.Unmarshal(data, &m) != nil || m.Source == "" {
 		return marker{}, false
 	}
 	return m, true
 }
 
-// writeMarker replaces the marker atomically and makes it durable.
+// getState reads the state xattr of dir, without following a symlink.
+func getState(dir string) ([]byte, error) {
+	buf := make([]byte, 1024)
+	for {
+		n, err := unix.Lgetxattr(dir, xattr.State, buf)
+		if err == unix.ERANGE && len(buf) < 1<<20 {
+			buf = make([]byte, 4*len(buf))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+}
+
+// writeMarker replaces the marker of dir, which must exist, atomically
+// and durably: its xattr, or where the filesystem has no user xattrs, the
+// file beside it.
 func writeMarker(dir string, m marker) error {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	p := markerPath(dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("write the state of %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	err = unix.Fsetxattr(fd, xattr.State, data, 0)
+	if err == unix.ENOTSUP || err == unix.EOPNOTSUPP {
+		return writeLegacyMarker(dir, data)
+	}
+	if err == nil {
+		err = unix.Fsync(fd)
+	}
+	if err != nil {
+		return fmt.Errorf("write the state of %s: %w", dir, err)
+	}
+	// A marker beside DIR from an older version is stale now.
+	if p := legacyMarkerPath(dir); fileExists(p) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the old state marker of %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// writeLegacyMarker replaces the marker file beside dir atomically and
+// makes it durable.
+func writeLegacyMarker(dir string, data []byte) error {
+	p := legacyMarkerPath(dir)
 	tmp := p + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/xattr"
 )
 
 // Upgrades. A job that opens a DIR holding another tree (one tarmount made
@@ -347,7 +348,7 @@ func archivedXattrs(fd int) ([]index.Xattr, error) {
 	}
 	var out []index.Xattr
 	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
-		if !strings.HasPrefix(name, "user.") && !strings.HasPrefix(name, "trusted.") {
+		if !strings.HasPrefix(name, "user.") && !strings.HasPrefix(name, "trusted.") || name == xattr.State {
 			continue
 		}
 		v, err := unix.Fgetxattr(fd, name, nil)

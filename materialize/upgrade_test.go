@@ -116,7 +116,7 @@ func TestUpgrade(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := inodesBefore(t, out)
-				snap := hostile.Snapshot(t, work, "out", ".out.tarmount")
+				snap := hostile.Snapshot(t, work, "out")
 
 				prog := &Progress{}
 				opts := Options{Progress: prog}
@@ -127,7 +127,7 @@ func TestUpgrade(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkUpgraded(t, work, out, v2, before)
-				for _, d := range hostile.DiffTrees(hostile.Snapshot(t, work, "out", ".out.tarmount"), snap) {
+				for _, d := range hostile.DiffTrees(hostile.Snapshot(t, work, "out"), snap) {
 					t.Errorf("outside DIR: %s", d)
 				}
 				if got := prog.Files.Load(); got != int64(versions.Written) {

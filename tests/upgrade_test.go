@@ -108,7 +108,7 @@ func (p *upgradePair) checkUpgradedDir(t *testing.T, dir string, before map[stri
 			t.Errorf("%s: got %v, want it removed", g, err)
 		}
 	}
-	for _, d := range hostile.DiffTrees(hostile.Snapshot(t, p.work, "out", ".out.tarmount", "cache", "served"), snap) {
+	for _, d := range hostile.DiffTrees(hostile.Snapshot(t, p.work, "out", "cache", "served"), snap) {
 		t.Errorf("outside DIR: %s", d)
 	}
 }
@@ -135,7 +135,7 @@ func TestUpgradeExtract(t *testing.T) {
 				cache := "--cache-dir=" + p.cache
 				runExtract(t, p.url1, out, cache, "--quiet")
 				before := inodes(t, out, unchanged())
-				snap := hostile.Snapshot(t, p.work, "out", ".out.tarmount", "cache", "served")
+				snap := hostile.Snapshot(t, p.work, "out", "cache", "served")
 				url := p.url2
 				if replaced {
 					if err := os.Rename(p.v2Path, p.v1Path); err != nil {
@@ -144,7 +144,7 @@ func TestUpgradeExtract(t *testing.T) {
 					url = p.url1
 				}
 				runExtract(t, url, out, cache, "--quiet")
-				snap2 := hostile.Snapshot(t, p.work, "out", ".out.tarmount", "cache", "served")
+				snap2 := hostile.Snapshot(t, p.work, "out", "cache", "served")
 				for _, d := range hostile.DiffTrees(snap2, snap) {
 					t.Errorf("outside DIR: %s", d)
 				}
@@ -173,7 +173,7 @@ func TestUpgradeMaterialize(t *testing.T) {
 			opts := libOptions(p.cache)
 			libExtract(t, p.url1, out, opts, archive.MaterializeOptions{})
 			before := inodes(t, out, unchanged())
-			snap := hostile.Snapshot(t, p.work, "out", ".out.tarmount", "cache", "served")
+			snap := hostile.Snapshot(t, p.work, "out", "cache", "served")
 			if withIndex {
 				libIndex(t, p.url2, opts)
 			}

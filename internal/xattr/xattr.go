@@ -12,8 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// State is the extended attribute in which tarmount keeps the state of a
+// directory it extracts into (materialize's state.go): tarmount's, not
+// the tree's, so User leaves it out.
+const State = "user.tarmount.state"
+
 // User returns the user.* extended attributes of path, without
-// following a symlink. A filesystem without xattr support has none.
+// following a symlink, but State. A filesystem without xattr support has
+// none.
 func User(path string) (map[string]string, error) {
 	names, err := listXattrs(path)
 	if err != nil {
@@ -21,7 +27,7 @@ func User(path string) (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for _, name := range names {
-		if !strings.HasPrefix(name, "user.") {
+		if !strings.HasPrefix(name, "user.") || name == State {
 			continue
 		}
 		v, err := getXattr(path, name)

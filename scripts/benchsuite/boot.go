@@ -282,8 +282,8 @@ func (s *suite) bootOne(ctx context.Context, cb *combo, bs *bootServe, ts *trees
 		}
 	}()
 
-	// Every measurement at once; fully local is the marker tarmount
-	// writes beside DIR once DIR is whole, or the command's exit.
+	// Every measurement at once; fully local is the state tarmount
+	// keeps on DIR saying DIR is whole, or the command's exit.
 	var ms []milestone
 	for _, l := range labels {
 		switch l {

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Every process the suite starts runs in its own process group (so a
@@ -278,12 +280,21 @@ func waitExit(ctx context.Context, p *proc) (time.Time, error) {
 // DIR it materializes (.DIR.tarmount, JSON whose "complete" becomes true,
 // by a rename, once DIR is whole); it returns the time it saw DIR complete.
 func waitComplete(ctx context.Context, p *proc, dir string) (time.Time, error) {
-	marker := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".tarmount")
+	// The state tarmount keeps on DIR (materialize's state.go), or where
+	// the filesystem has no user xattrs, beside it.
+	legacy := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".tarmount")
+	buf := make([]byte, 4096)
 	for {
 		var m struct {
 			Complete bool `json:"complete"`
 		}
-		if b, err := os.ReadFile(marker); err == nil && json.Unmarshal(b, &m) == nil && m.Complete {
+		b, err := []byte(nil), error(nil)
+		if n, xerr := unix.Lgetxattr(dir, "user.tarmount.state", buf); xerr == nil {
+			b = buf[:n]
+		} else {
+			b, err = os.ReadFile(legacy)
+		}
+		if err == nil && json.Unmarshal(b, &m) == nil && m.Complete {
 			return time.Now(), nil
 		}
 		if p.exited() {
