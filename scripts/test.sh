@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run call exactly this):
 #   installs what is missing (scripts/deps.sh), detaches leftover test mounts,
-#   runs go vet and the whole test suite under the race detector, fuzzes the
+#   runs go vet and the whole test suite under the race detector, the memory
+#   budgets without it, every benchmark once, fuzzes the
 #   gzip and tar decoders, the zstd, lz4, bzip2 and xz walkers, the index decoder,
 #   random access through an index and the span decoders on damaged archives
 #   briefly, detaches leftovers again, and exits non-zero if anything failed.
@@ -58,10 +59,15 @@ go vet ./...
 status=0
 go test -race -count=1 -timeout 40m "$@" ./... || status=$?
 
-# The memory budget test skips itself under the race detector, which
-# multiplies memory use: run it once more without.
+# The race detector multiplies memory use and time, so the memory budgets
+# (the budget test's, which skips itself under it, the stress load's peak
+# and the hostile archives' RSS cap, which are loose under it) and the
+# hostile deep trees (which TestExtractHostile skips under it) run again
+# without it. Then every Go benchmark runs once, so that none rots.
 if [[ $# -eq 0 ]]; then
-	go test -count=1 -timeout 10m -run '^TestMemoryBudget$' ./tests || status=$?
+	go test -count=1 -timeout 15m -run '^(TestMemoryBudget|TestStress|TestHostileArchives)$' ./tests || status=$?
+	go test -count=1 -timeout 10m -run '^TestExtractHostile$' ./materialize || status=$?
+	go test -count=1 -timeout 15m -run '^$' -bench . -benchtime=1x ./... || status=$?
 fi
 
 # A short fuzzing run of the decoders that read hostile input (their seed
