@@ -12,8 +12,9 @@ import (
 // keepCopy saves the body of resp, a 200 reply with the whole object to a
 // range request, as the whole copy of the object with identity id in
 // s.copies, unless a complete copy is there already, and returns its
-// path.
-func (s *httpSource) keepCopy(resp *http.Response, id Identity) (string, error) {
+// path. The body goes through the stall watchdog's meter of ctx, if any
+// (OpenWithRetry).
+func (s *httpSource) keepCopy(ctx context.Context, resp *http.Response, id Identity) (string, error) {
 	if !DiskCacheable(id) {
 		return "", fmt.Errorf("%w, and without a strong ETag or Last-Modified a local copy could not be told from a changed object", ErrNoRange)
 	}
@@ -24,7 +25,9 @@ func (s *httpSource) keepCopy(resp *http.Response, id Identity) (string, error) 
 	s.log.Warn("server ignores range requests: downloading the whole archive once, to a local copy",
 		"src", s.name, "len", id.Size, "path", s.copies.Dir())
 	start := time.Now()
-	path, err := s.copies.KeepWhole(id.Key(), id.Size, resp.Body)
+	m := meterFrom(ctx)
+	m.arm()
+	path, err := s.copies.KeepWhole(id.Key(), id.Size, m.reader(resp.Body))
 	if errors.Is(err, ErrTooLarge) {
 		return "", fmt.Errorf("%w, and a local copy does not fit: %w (raise --cache-disk)", ErrNoRange, err)
 	}

@@ -176,3 +176,75 @@ func TestNoRangeServerRefusals(t *testing.T) {
 		t.Errorf("a cut download left %v %v", left, hidden)
 	}
 }
+
+// TestNoRangeServerStalls: a server that ignores Range and then stops
+// sending the whole object it started does not hang the open. The stall
+// watchdog cancels the download and the open retries it, within the
+// deadline: here the second attempt gets the whole object; a server that
+// always stalls fails the open once the attempts or the deadline run out.
+func TestNoRangeServerStalls(t *testing.T) {
+	data := randomBytes(300000, 12)
+	for _, tc := range []struct {
+		name   string
+		stalls int64 // attempts that stall
+	}{
+		{"stalls once", 1},
+		{"always stalls", 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var requests atomic.Int64
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := requests.Add(1)
+				w.Header().Set("ETag", `"v1"`)
+				w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+				w.WriteHeader(http.StatusOK)
+				if n <= tc.stalls {
+					w.Write(data[:1000])
+					w.(http.Flusher).Flush()
+					select { // then nothing, until the client goes
+					case <-r.Context().Done():
+					case <-release:
+					}
+					return
+				}
+				w.Write(data)
+			}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(release) })
+			ropts := RetryOptions{MinSpeed: 1 << 10, StallGrace: 100 * time.Millisecond, StallWindow: 100 * time.Millisecond,
+				BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 2 * time.Second}
+			copies := openCopies(t, t.TempDir(), 1<<20)
+			done := make(chan struct{})
+			var src Source
+			var err error
+			go func() {
+				defer close(done)
+				src, err = OpenWithRetry(context.Background(), srv.URL+"/a", Options{Copies: copies}, ropts)
+			}()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the open still waits for the stalled body after 20 s")
+			}
+			if tc.stalls > 1 {
+				// Out of attempts or of time, whichever comes first.
+				if !errors.Is(err, errStalled) && !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "stalled") {
+					t.Fatalf("open of an object whose body always stalls: got %v, want an error naming the stall", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("open after one stalled attempt: %v", err)
+			}
+			defer src.Close()
+			got := make([]byte, len(data))
+			if _, err := src.ReadAt(context.Background(), got, 0); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read of the copy: %v (equal %v)", err, bytes.Equal(got, data))
+			}
+			if n := requests.Load(); n != 2 {
+				t.Errorf("server saw %d requests, want 2 (the stalled one and its retry)", n)
+			}
+		})
+	}
+}

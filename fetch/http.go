@@ -117,7 +117,7 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 			id.Size = resp.ContentLength
 			if s.copies != nil {
 				// The reply is the whole object: keep it, once.
-				path, err := s.keepCopy(resp, id)
+				path, err := s.keepCopy(ctx, resp, id)
 				if err != nil {
 					return Identity{}, err
 				}

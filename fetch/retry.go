@@ -83,13 +83,16 @@ type RetryOptions struct {
 // pins the object's identity is retried like a read when it fails
 // transiently (a 503 at mount time, a connection reset), with backoff,
 // until opts.Deadline has passed. An open in progress is not cut short by
-// it: it may be downloading a whole object whose server ignores ranges
-// (Options.Copies). The Source it returns retries its reads too
-// (WithRetry).
+// the deadline: it may be downloading a whole object whose server ignores
+// ranges (Options.Copies). But the stall watchdog watches it as it
+// watches a read: a transfer that falls under opts.MinSpeed (a server
+// that sends headers and then nothing) is cancelled and retried, within
+// the deadline. The Source it returns retries its reads too (WithRetry).
 func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts RetryOptions) (Source, error) {
 	r := newRetrySource(nil, ropts)
-	err := r.retry(ctx, "open failed, retrying", rawURL, IsRetryable, func(ctx context.Context) error {
-		src, err := Open(ctx, rawURL, opts)
+	retryable := func(err error) bool { return errors.Is(err, errStalled) || IsRetryable(err) }
+	err := r.retry(ctx, "open failed, retrying", rawURL, retryable, func(ctx context.Context) error {
+		src, err := r.openAttempt(ctx, rawURL, opts)
 		r.src = src
 		return err
 	})
@@ -97,6 +100,26 @@ func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts Retry
 		return nil, err
 	}
 	return r, nil
+}
+
+// openAttempt is one Open, watched by the stall watchdog unless it is
+// disabled; an attempt it cancels fails with an error wrapping
+// errStalled.
+func (s *retrySource) openAttempt(ctx context.Context, rawURL string, opts Options) (Source, error) {
+	if s.minSpeed <= 0 {
+		return Open(ctx, rawURL, opts)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	m := &meter{}
+	w := startWatchdog(m, s.minSpeed, s.stallGrace, s.stallWindow, cancel)
+	src, err := Open(context.WithValue(actx, meterKey{}, m), rawURL, opts)
+	w.stop()
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled) {
+		s.stalls.Add(1)
+		return nil, fmt.Errorf("open %s: %w", rawURL, errStalled)
+	}
+	return src, err
 }
 
 // Retry runs op until it returns nil, ctx ends, or it fails with an error
