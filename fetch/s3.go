@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -25,6 +26,10 @@ import (
 // defaultS3Region signs requests when neither the options, the
 // environment, the shared config nor the server name a region.
 const defaultS3Region = "us-east-1"
+
+// s3RegionProbeTimeout bounds the anonymous request that asks a bucket's
+// region (bucketRegion).
+const s3RegionProbeTimeout = 15 * time.Second
 
 // s3Source reads ranges of one version of an S3 object with ranged
 // GetObject calls.
@@ -79,19 +84,31 @@ func openS3(ctx context.Context, t target, opts Options, log *slog.Logger) (Sour
 	// for the bucket, else the configured one, else us-east-1. The bucket's
 	// region is asked while the identity is fetched with the configured
 	// region, which is usually right; only when it is not does the
-	// HeadObject go again.
+	// HeadObject go again. A HeadObject that succeeds was signed for the
+	// right region: then the probe is cancelled, not waited for (a server
+	// may be slow to answer it, or never answer anonymous requests); and
+	// it gets s3RegionProbeTimeout at most.
 	region := opts.Region
 	var found chan string
 	if region == "" {
 		region = cmp.Or(cfg.Region, defaultS3Region)
 		found = make(chan string, 1)
 		probe := newS3Client(cfg, opts, region)
-		go func() { found <- bucketRegion(ctx, probe, bucket) }()
+		pctx, cancel := context.WithTimeout(ctx, s3RegionProbeTimeout)
+		defer func() {
+			cancel()
+			if found != nil {
+				<-found // the probe's goroutine ends
+			}
+		}()
+		go func() { found <- bucketRegion(pctx, probe, bucket) }()
 	}
 	s.client, s.region = newS3Client(cfg, opts, region), region
 	id, headErr := s.head(ctx)
-	if found != nil {
-		if r := <-found; r != "" && r != region {
+	if found != nil && headErr != nil {
+		r := <-found
+		found = nil
+		if r != "" && r != region {
 			log.Debug("bucket region", "src", name, "region", r, "was", region)
 			region = r
 			s.client, s.region = newS3Client(cfg, opts, region), region

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -355,6 +357,40 @@ func TestS3Region(t *testing.T) {
 		require.ErrorContains(t, err, "AuthorizationHeaderMalformed")
 		require.ErrorContains(t, err, "eu-west-3")
 	})
+}
+
+// TestS3RegionProbeNotWaited: the anonymous request that asks the
+// bucket's region goes out beside the HeadObject; once the HeadObject has
+// answered, the open does not wait for it. Here a proxy in front of the
+// server holds every HeadBucket until the client goes.
+func TestS3RegionProbeNotWaited(t *testing.T) {
+	srv := s3server.ForTest(t, s3server.Options{Region: "eu-west-3"})
+	srv.CreateBucket(t, "slowprobe")
+	data := randomBytes(3000, 2)
+	srv.Put(t, "slowprobe", "a.tar", data)
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var held atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead && strings.Trim(r.URL.Path, "/") == "slowprobe" {
+			held.Add(1)
+			<-r.Context().Done()
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	t.Setenv("AWS_REGION", "eu-west-3") // the HeadObject is signed right
+	start := time.Now()
+	src, err := Open(t.Context(), "s3://slowprobe/a.tar", Options{EndpointURL: front.URL})
+	require.NoError(t, err)
+	defer src.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("open took %v with the region probe held, want it not to wait for the probe", d)
+	}
+	require.Equal(t, int64(len(data)), src.Identity().Size)
+	require.Equal(t, int64(1), held.Load(), "region probes held")
 }
 
 func TestS3EndpointFromEnvironment(t *testing.T) {
