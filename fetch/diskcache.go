@@ -145,6 +145,10 @@ type DiskCache struct {
 	scanned   bool
 	used      int64 // bytes of entries, see DiskStats.UsedBytes
 	sinceScan int64 // bytes this process wrote since its last scan
+
+	// usedNow is used, published for Stats, which must not wait behind
+	// a scan of a large directory (status and metrics call it).
+	usedNow atomic.Int64
 }
 
 type diskWrite struct {
@@ -189,9 +193,7 @@ func (d *DiskCache) Dir() string { return d.dir }
 
 // Stats returns the counters; each is read atomically.
 func (d *DiskCache) Stats() DiskStats {
-	d.scanMu.Lock()
-	used := d.used
-	d.scanMu.Unlock()
+	used := d.usedNow.Load()
 	return DiskStats{
 		Hits:      d.hits.Load(),
 		Misses:    d.misses.Load(),
@@ -426,6 +428,7 @@ func (d *DiskCache) added(size int64) {
 	d.scanMu.Lock()
 	defer d.scanMu.Unlock()
 	d.used += size
+	d.usedNow.Store(d.used)
 	d.sinceScan += size
 	if !d.scanned || d.used > d.maxBytes || d.sinceScan > d.maxBytes/8 {
 		d.scanLocked(0)
@@ -501,6 +504,7 @@ func (d *DiskCache) scanLocked(need int64) {
 		}
 	}
 	d.used = total
+	d.usedNow.Store(total)
 }
 
 // Whole returns the path of the complete whole copy of the object key of

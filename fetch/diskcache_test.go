@@ -350,3 +350,22 @@ func BenchmarkDiskCacheGet(b *testing.B) {
 		})
 	}
 }
+
+// TestDiskStatsDuringScan: Stats (status, metrics) answers while a scan
+// of the cache directory runs, which holds scanMu for as long as it reads
+// a directory of perhaps millions of entries; the scan is stood in for by
+// holding scanMu.
+func TestDiskStatsDuringScan(t *testing.T) {
+	d := newTestDisk(t, t.TempDir(), DiskCacheOptions{MaxBytes: 1 << 20})
+	d.added(1000)
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
+	got := make(chan DiskStats, 1)
+	go func() { got <- d.Stats() }()
+	select {
+	case st := <-got:
+		require.Equal(t, int64(0), st.UsedBytes, "the added entry file does not exist: the scan found none")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stats waits for the scan")
+	}
+}
