@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -48,20 +49,29 @@ type Live struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	b       *builder      // the pass's entries and names; nil before the pass starts
-	ix      *Index        // the pass's index: Checkpoints and Digests grow under mu
-	known   int           // checkpoints checked for kindLocal so far
-	local   int           // the first span that only a local copy serves (-1: none yet); reads stop there without opts.Local
-	changed chan struct{} // closed at the next change; nil when nobody waits
-	snap    *liveSnap     // reader over the spans complete when it was made
-	started bool          // the pass has read a member
-	built   bool          // the pass ended: every name is known
-	ids     liveIDs       // set when built
-	err     error         // why the pass failed
+	b       *builder  // the pass's entries and names; nil before the pass starts
+	ix      *Index    // the pass's index: Checkpoints and Digests grow under mu
+	known   int       // checkpoints checked for kindLocal so far
+	local   int       // the first span that only a local copy serves (-1: none yet); reads stop there without opts.Local
+	snap    *liveSnap // reader over the spans complete when it was made
+	started bool      // the pass has read a member
+	built   bool      // the pass ended: every name is known
+	ids     liveIDs   // set when built
+	err     error     // why the pass failed
 	closed  bool
 	retired ReaderStats  // counters of the readers of the partial index closed so far
 	recent  recentOutput // the pass's latest decoded bytes (compressed archives), while the mount is in use
 	recentN int64        // reads served from recent
+
+	// Waiters, each woken only by what it waits for (guarded by mu): a
+	// pass of a million members must not wake every waiter a million
+	// times. Each is closed, and dropped, when it is woken; every one is
+	// woken when the pass starts, ends or fails, or l is served or closed
+	// (notifyLocked).
+	changed  chan struct{}             // WaitStarted, WaitListing; nil when nobody waits
+	nameWait map[dirName]chan struct{} // WaitName, by the name waited for
+	dataWait []dataWaiter              // reader, by the end of the tar stream it needs
+	wakeups  atomic.Int64              // waits woken, for tests
 
 	// The pass copies its output to recent only while the tree is in
 	// use: up to ahead bytes past usedAt, the decoded offset at the
@@ -148,13 +158,14 @@ func (l *Live) inUse() {
 
 // attach is called by Build when the pass starts.
 func (l *Live) attach(b *builder, ix *Index) {
-	l.update(func() {
-		l.b, l.ix = b, ix
-		if ix.Codec.compressed() {
-			l.recent = newRecentOutput(ix.Span)
-			l.ahead.Store(int64(l.recent.size))
-		}
-	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b, l.ix = b, ix
+	if ix.Codec.compressed() {
+		l.recent = newRecentOutput(ix.Span)
+		l.ahead.Store(int64(l.recent.size))
+	}
+	l.notifyLocked()
 }
 
 // decoded is called by the pass with its decoded bytes at offset at, in
@@ -167,24 +178,64 @@ func (l *Live) decoded(p []byte, at int64) {
 	}
 	l.mu.Lock()
 	l.recent.write(p, at)
-	l.notifyLocked()
+	l.notifyDataLocked(at + int64(len(p)))
 	l.mu.Unlock()
 }
 
-// update runs f, which changes what the pass has seen, under l.mu, and
-// wakes the waiters.
+// update runs f, which adds checkpoints and span digests, under l.mu, and
+// wakes the readers whose bytes the spans complete now cover.
 func (l *Live) update(f func()) {
 	l.mu.Lock()
 	f()
-	l.notifyLocked()
+	if l.ix != nil {
+		l.notifyDataLocked(l.coveredLocked())
+	}
 	l.mu.Unlock()
 }
 
+// dataWaiter is a reader waiting until the tar stream is decoded or
+// covered by complete spans up to need.
+type dataWaiter struct {
+	need int64
+	ch   chan struct{}
+}
+
+// notifyLocked wakes every waiter.
 func (l *Live) notifyLocked() {
 	if l.changed != nil {
 		close(l.changed)
 		l.changed = nil
 	}
+	for k, ch := range l.nameWait {
+		close(ch)
+		delete(l.nameWait, k)
+	}
+	l.notifyDataLocked(math.MaxInt64)
+}
+
+// notifyNamesLocked wakes the waiters for names the pass has now seen.
+func (l *Live) notifyNamesLocked() {
+	for k, ch := range l.nameWait {
+		if _, ok := l.b.names[k]; ok {
+			close(ch)
+			delete(l.nameWait, k)
+		}
+	}
+}
+
+// notifyDataLocked wakes the readers that need the tar stream up to upTo
+// at most.
+func (l *Live) notifyDataLocked(upTo int64) {
+	keep := l.dataWait[:0]
+	for _, w := range l.dataWait {
+		if w.need <= upTo {
+			close(w.ch)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(l.dataWait[len(keep):])
+	l.dataWait = keep
 }
 
 // add adds member h to the pass's entries, like builder.add.
@@ -192,8 +243,12 @@ func (l *Live) add(h *tarscan.Header) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.b.add(h)
-	l.started = true
-	l.notifyLocked()
+	if !l.started {
+		l.started = true
+		l.notifyLocked()
+	} else if len(l.nameWait) > 0 {
+		l.notifyNamesLocked()
+	}
 	return err
 }
 
@@ -321,28 +376,70 @@ func (l *Live) Stats() ReaderStats {
 // answers no longer change.
 func (l *Live) Complete() bool { return l.served.Load() != nil }
 
-// waitLocked blocks until the pass changes something, ctx ends or l is closed;
-// it is called with l.mu held and returns with it held.
+// waitLocked blocks until the pass starts, ends or fails, l is served or
+// closed, or ctx ends; it is called with l.mu held and returns with it
+// held.
 func (l *Live) waitLocked(ctx context.Context) error {
+	if err := l.endedLocked(); err != nil {
+		return err
+	}
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.sleepLocked(ctx, l.changed)
+}
+
+// waitNameLocked is waitLocked that also returns once the pass has seen
+// name k.
+func (l *Live) waitNameLocked(ctx context.Context, k dirName) error {
+	if err := l.endedLocked(); err != nil {
+		return err
+	}
+	ch := l.nameWait[k]
+	if ch == nil {
+		if l.nameWait == nil {
+			l.nameWait = map[dirName]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		l.nameWait[k] = ch
+	}
+	return l.sleepLocked(ctx, ch)
+}
+
+// waitDataLocked is waitLocked that also returns once the pass has
+// decoded, or recorded complete spans up to, need bytes of the tar stream.
+func (l *Live) waitDataLocked(ctx context.Context, need int64) error {
+	if err := l.endedLocked(); err != nil {
+		return err
+	}
+	ch := make(chan struct{})
+	l.dataWait = append(l.dataWait, dataWaiter{need, ch})
+	return l.sleepLocked(ctx, ch)
+}
+
+// endedLocked returns why waiting would be vain: the pass failed or l is
+// closed.
+func (l *Live) endedLocked() error {
 	if l.err != nil {
 		return l.err
 	}
 	if l.closed {
 		return fmt.Errorf("%w: closed", ErrPassFailed)
 	}
-	if l.changed == nil {
-		l.changed = make(chan struct{})
-	}
-	ch := l.changed
+	return nil
+}
+
+// sleepLocked lets go of l.mu until ch is closed or ctx ends.
+func (l *Live) sleepLocked(ctx context.Context, ch chan struct{}) error {
 	l.mu.Unlock()
-	var err error
+	defer l.mu.Lock()
 	select {
 	case <-ch:
+		l.wakeups.Add(1)
+		return nil
 	case <-ctx.Done():
-		err = ctx.Err()
+		return ctx.Err()
 	}
-	l.mu.Lock()
-	return err
 }
 
 // WaitName blocks until name in directory dir is known, or the pass has
@@ -360,7 +457,7 @@ func (l *Live) WaitName(ctx context.Context, dir EntryID, name string) error {
 				return nil
 			}
 		}
-		if err := l.waitLocked(ctx); err != nil {
+		if err := l.waitNameLocked(ctx, dirName{dir, name}); err != nil {
 			return err
 		}
 	}
@@ -693,7 +790,7 @@ func (l *Live) reader(ctx context.Context, off int64, q []byte) (s *liveSnap, fi
 				return l.snapLocked(m, &old), false, int(m - off), nil
 			}
 		}
-		if err := l.waitLocked(ctx); err != nil {
+		if err := l.waitDataLocked(ctx, need); err != nil {
 			return nil, false, 0, err
 		}
 	}

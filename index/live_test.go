@@ -645,3 +645,62 @@ func TestLiveIdleKeepsNoOutput(t *testing.T) {
 		t.Fatalf("the output an idle pass kept: got %d bytes, want 0", held)
 	}
 }
+
+// TestLiveWakesOnlyItsWaiters: waiters for a name or for data that the
+// pass has not reached are not woken by every member it reads. 40 of them
+// wait for the last member's name or bytes while the pass reads 300
+// members; each is woken about once (before, a few hundred times).
+func TestLiveWakesOnlyItsWaiters(t *testing.T) {
+	var ms []member
+	for i := range 300 {
+		ms = append(ms, member{name: fmt.Sprintf("d/f%03d", i), data: randomData(uint64(i), 2000)})
+	}
+	obj := tarbuild.GzipLevel(tarBytes(t, ms), 6)
+	p := startPass(t, obj, 2000, 16<<10, false)
+	ctx := context.Background()
+	const waiters = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, waiters)
+	lookup := func(dir EntryID, name string) (EntryID, error) {
+		if err := p.live.WaitName(ctx, dir, name); err != nil {
+			return 0, err
+		}
+		id, ok := p.live.Lookup(dir, name)
+		if !ok {
+			return 0, fmt.Errorf("%s: not found", name)
+		}
+		return id, nil
+	}
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := lookup(RootID, "d")
+			if err == nil {
+				var id EntryID
+				if id, err = lookup(d, "f299"); err == nil && i%2 == 1 {
+					// Half read the last member's bytes too.
+					_, err = p.live.ReadAt(ctx, id, make([]byte, 2000), 0)
+				}
+			}
+			errs <- err
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	for n := 2000; n < len(obj); n += 512 {
+		p.gate.allow(n) // the pass reads on, a little at a time
+		time.Sleep(200 * time.Microsecond)
+	}
+	p.finish(t)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d wakeups of %d waiters over a pass of %d members", p.live.wakeups.Load(), waiters, len(ms))
+	if w := p.live.wakeups.Load(); w > 4*waiters {
+		t.Errorf("%d wakeups of %d waiters over a pass of %d members, want a few per waiter", w, waiters, len(ms))
+	}
+}
