@@ -183,12 +183,13 @@ func (l *Live) decoded(p []byte, at int64) {
 }
 
 // update runs f, which adds checkpoints and span digests, under l.mu, and
-// wakes the readers whose bytes the spans complete now cover.
+// wakes the readers whose bytes are decoded: the spans complete now may
+// cover them, or the start of those that the pass's recent output holds.
 func (l *Live) update(f func()) {
 	l.mu.Lock()
 	f()
 	if l.ix != nil {
-		l.notifyDataLocked(l.coveredLocked())
+		l.notifyDataLocked(max(l.coveredLocked(), l.decodedEnd.Load()))
 	}
 	l.mu.Unlock()
 }
