@@ -102,20 +102,15 @@ func OpenWithRetry(ctx context.Context, rawURL string, opts Options, ropts Retry
 	return r, nil
 }
 
-// openAttempt is one Open, watched by the stall watchdog unless it is
-// disabled; an attempt it cancels fails with an error wrapping
-// errStalled.
+// openAttempt is one Open, watched by the stall watchdog; an attempt it
+// cancels fails with an error wrapping errStalled.
 func (s *retrySource) openAttempt(ctx context.Context, rawURL string, opts Options) (Source, error) {
-	if s.minSpeed <= 0 {
-		return Open(ctx, rawURL, opts)
-	}
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	m := &meter{}
-	w := startWatchdog(m, s.minSpeed, s.stallGrace, s.stallWindow, cancel)
-	src, err := Open(context.WithValue(actx, meterKey{}, m), rawURL, opts)
-	w.stop()
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled) {
+	var src Source
+	stalled, err := s.watched(ctx, func(ctx context.Context) (err error) {
+		src, err = Open(ctx, rawURL, opts)
+		return err
+	})
+	if stalled && ctx.Err() == nil {
 		s.stalls.Add(1)
 		return nil, fmt.Errorf("open %s: %w", rawURL, errStalled)
 	}
@@ -367,20 +362,27 @@ func retryableRead(err error) bool {
 // watchdog unless it is disabled. stalled reports that the watchdog
 // cancelled it.
 func (s *retrySource) attempt(ctx context.Context, p []byte, off int64) (n int, stalled bool, err error) {
-	if s.minSpeed <= 0 {
+	stalled, err = s.watched(ctx, func(ctx context.Context) (err error) {
 		n, err = s.src.ReadAt(ctx, p, off)
-		return n, false, err
+		return err
+	})
+	return n, stalled && (errors.Is(err, context.Canceled) || IsRetryable(err)), err
+}
+
+// watched runs op under the stall watchdog, unless it is disabled, with
+// the watchdog's meter in op's ctx; stalled reports that op failed because
+// the watchdog cancelled it.
+func (s *retrySource) watched(ctx context.Context, op func(context.Context) error) (stalled bool, err error) {
+	if s.minSpeed <= 0 {
+		return false, op(ctx)
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	m := &meter{}
 	w := startWatchdog(m, s.minSpeed, s.stallGrace, s.stallWindow, cancel)
-	n, err = s.src.ReadAt(context.WithValue(actx, meterKey{}, m), p, off)
+	err = op(context.WithValue(actx, meterKey{}, m))
 	w.stop()
-	if err != nil && errors.Is(context.Cause(actx), errStalled) && (errors.Is(err, context.Canceled) || IsRetryable(err)) {
-		stalled = true
-	}
-	return n, stalled, err
+	return err != nil && errors.Is(context.Cause(actx), errStalled), err
 }
 
 // backoff returns the wait before the retry that follows failures

@@ -139,15 +139,10 @@ var registry = []codec{
 					bytes.HasPrefix(head[4:], []byte{0x17, 0x72, 0x45, 0x38, 0x50, 0x90}))
 		},
 		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) {
-			b := newBzip2Pass(r, rec)
-			return b, b.close, nil
+			return passClosing(newBzip2Pass(r, rec), nil)
 		},
 		resume: func(r io.Reader, cp Checkpoint, _ []byte, rec *recorder) (passDecoder, func(), error) {
-			b, err := newBzip2PassAt(r, cp, rec)
-			if err != nil {
-				return nil, nop, err
-			}
-			return b, b.close, nil
+			return passClosing(newBzip2PassAt(r, cp, rec))
 		},
 		decodeSpan: decodeBzip2Span,
 		kinds:      []inflate.Kind{kindBzip2Block, kindLocal},
@@ -258,6 +253,18 @@ func passOf[D passDecoder](d D, err error) (passDecoder, func(), error) {
 		return nil, nop, err
 	}
 	return d, nop, nil
+}
+
+// passClosing is passOf for a decoder that runs work in the background,
+// which its close stops.
+func passClosing[D interface {
+	passDecoder
+	close()
+}](d D, err error) (passDecoder, func(), error) {
+	if err != nil {
+		return nil, nop, err
+	}
+	return d, d.close, nil
 }
 
 // newPass returns the index pass decoder of a compressed codec over r (see

@@ -171,7 +171,7 @@ func (b *xzBody) Read(p []byte) (int, error) {
 }
 
 func newXzPass(r io.Reader, rec *recorder) (*xzDecoder, error) {
-	d := &xzDecoder{cr: newCountingReader(r, 0), rec: rec, maxOut: -1, big: maxFrameSpan(rec.span)}
+	d := newXzPassFrom(r, 0, rec)
 	if err := d.streamHeader(); err != nil {
 		return nil, err
 	}
@@ -186,12 +186,18 @@ func newXzPassAt(r io.Reader, cp Checkpoint, rec *recorder) (*xzDecoder, error) 
 	if cp.Kind != kindXzBlock {
 		return nil, fmt.Errorf("%w: an xz pass resumes at a block start, not at checkpoint kind %d", ErrCorrupt, cp.Kind)
 	}
-	d := &xzDecoder{cr: newCountingReader(r, int64(cp.In)), rec: rec, maxOut: -1, big: maxFrameSpan(rec.span)}
+	d := newXzPassFrom(r, int64(cp.In), rec)
 	if err := d.setCheck(cp.Flags); err != nil {
 		return nil, err
 	}
 	d.blocks.unknown = !d.blocks.setPassState(cp.pass)
 	return d, nil
+}
+
+// newXzPassFrom is the pass decoder over r, which yields the file from
+// off on.
+func newXzPassFrom(r io.Reader, off int64, rec *recorder) *xzDecoder {
+	return &xzDecoder{cr: newCountingReader(r, off), rec: rec, maxOut: -1, big: maxFrameSpan(rec.span)}
 }
 
 // newXzSpan returns a decoder of the blocks in comp, which starts at the

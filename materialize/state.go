@@ -123,8 +123,10 @@ func writeMarker(dir string, m marker) error {
 	if err != nil {
 		return fmt.Errorf("write the state of %s: %w", dir, err)
 	}
-	// A marker beside DIR from an older version is stale now.
-	if p := legacyMarkerPath(dir); fileExists(p) {
+	// A marker beside DIR from an older version is stale now. (Looked
+	// for first: removing nothing would still fail in a read-only
+	// parent.)
+	if p := legacyMarkerPath(dir); lexists(p) {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove the old state marker of %s: %w", dir, err)
 		}
@@ -132,7 +134,7 @@ func writeMarker(dir string, m marker) error {
 	return nil
 }
 
-func fileExists(p string) bool {
+func lexists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
 }

@@ -121,8 +121,9 @@ type goneRow struct {
 // fails the mount; reads of what is not cached fail with EIO and a log
 // line that names the cause, and never return bytes of another version;
 // an extraction fails, leaving only complete files under real names, and
-// a second run fails clearly (the replacement is no archive); a materialization stops for good, with
-// only complete files in DIR, while the mount still serves them.
+// a second run fails clearly (the replacement is no archive); a
+// materialization stops for good, with only complete files in DIR, while
+// the mount still serves them.
 // TestFaultsS3 does the same from S3.
 func TestFaultsGone(t *testing.T) {
 	a := newFaultArchive(t)

@@ -362,8 +362,8 @@ func (s *Scanner) applyPAX(p *paxState, k, v []byte) error {
 		if empty {
 			break
 		}
-		s.sparse, err = parseSparseMap(v, s.sparse[:0], s.lim.MaxSparseChunks)
-		p.sparseMap, p.sparseEntries = true, int64(bytes.Count(v, []byte(","))+1)/2
+		s.sparse, p.sparseEntries, err = parseSparseMap(v, s.sparse[:0], s.lim.MaxSparseChunks)
+		p.sparseMap = true
 	default:
 		switch {
 		case bytes.HasPrefix(k, []byte("SCHILY.xattr.")):
@@ -477,29 +477,30 @@ func appendChunk(dst []SparseChunk, c SparseChunk) []SparseChunk {
 }
 
 // parseSparseMap parses a GNU.sparse.map value "OFF,LEN,OFF,LEN...", of at
-// most limit entries once compacted.
-func parseSparseMap(v []byte, dst []SparseChunk, limit int) ([]SparseChunk, error) {
+// most limit entries once compacted, and returns the number of entries it
+// records.
+func parseSparseMap(v []byte, dst []SparseChunk, limit int) ([]SparseChunk, int64, error) {
 	n := bytes.Count(v, []byte(",")) + 1
 	if n%2 != 0 {
-		return dst, fmt.Errorf("odd number of values")
+		return dst, 0, fmt.Errorf("odd number of values")
 	}
 	for len(v) > 0 {
 		o, rest, _ := bytes.Cut(v, []byte(","))
 		l, rest, _ := bytes.Cut(rest, []byte(","))
 		off, err := parseDecimal(o)
 		if err != nil {
-			return dst, err
+			return dst, 0, err
 		}
 		length, err := parseDecimal(l)
 		if err != nil {
-			return dst, err
+			return dst, 0, err
 		}
 		if dst = appendChunk(dst, SparseChunk{Offset: off, Length: length}); len(dst) > limit {
-			return dst, fmt.Errorf("more than %d sparse entries", limit)
+			return dst, 0, fmt.Errorf("more than %d sparse entries", limit)
 		}
 		v = rest
 	}
-	return dst, nil
+	return dst, int64(n / 2), nil
 }
 
 // paxSparse fills the sparse map of a pax sparse member (GNU formats 0.0,

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/internal/xattr"
 )
 
 // Every process the suite starts runs in its own process group (so a
@@ -289,7 +291,7 @@ func waitComplete(ctx context.Context, p *proc, dir string) (time.Time, error) {
 			Complete bool `json:"complete"`
 		}
 		b, err := []byte(nil), error(nil)
-		if n, xerr := unix.Lgetxattr(dir, "user.tarmount.state", buf); xerr == nil {
+		if n, xerr := unix.Lgetxattr(dir, xattr.State, buf); xerr == nil {
 			b = buf[:n]
 		} else {
 			b, err = os.ReadFile(legacy)

@@ -94,7 +94,13 @@ func Make(srcDir, outPath string, spec Spec) error {
 	if err := writeTar(srcDir, tarPath, spec); err != nil {
 		return err
 	}
-	switch spec.Codec {
+	return Compress(tarPath, outPath, spec.Codec)
+}
+
+// Compress writes the tar at tarPath to outPath in codec, one of Codecs
+// ("none" and "" leave tarPath alone: it is the archive).
+func Compress(tarPath, outPath, codec string) error {
+	switch codec {
 	case "none", "":
 		return nil
 	case "gzip":
@@ -128,7 +134,7 @@ func Make(srcDir, outPath string, spec Spec) error {
 	case "xz-mt":
 		return compressCLI(tarPath, outPath, "xz", "-T2", "--block-size=1MiB", "-c")
 	}
-	return fmt.Errorf("unknown codec %q", spec.Codec)
+	return fmt.Errorf("unknown codec %q", codec)
 }
 
 func writeTar(srcDir, tarPath string, spec Spec) error {
