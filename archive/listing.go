@@ -2,12 +2,12 @@ package archive
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/tarmount/tarmount/index"
@@ -32,9 +32,10 @@ type EntryJSON struct {
 	Uname string `json:"uname,omitempty"`
 	Gname string `json:"gname,omitempty"`
 	// MTime is RFC 3339 with nanoseconds, in UTC; MTimeNs the same in
-	// nanoseconds since the epoch.
-	MTime   string `json:"mtime"`
-	MTimeNs int64  `json:"mtime_ns"`
+	// nanoseconds since the epoch, an exact integer also past 2262 where
+	// it outgrows an int64 (so are ATimeNs and CTimeNs).
+	MTime   string      `json:"mtime"`
+	MTimeNs json.Number `json:"mtime_ns"`
 	// Link is a symlink's target, or for a hard link the path of the
 	// name it links to (the member stored with the data).
 	Link string `json:"link,omitempty"`
@@ -48,8 +49,8 @@ type EntryJSON struct {
 	Sparse  bool              `json:"sparse,omitempty"`
 	Stored  *int64            `json:"stored_size,omitempty"` // bytes of data stored in the archive, when it differs from size (sparse)
 	Xattrs  map[string]string `json:"xattrs,omitempty"`
-	ATimeNs int64             `json:"atime_ns,omitempty"`
-	CTimeNs int64             `json:"ctime_ns,omitempty"`
+	ATimeNs json.Number       `json:"atime_ns,omitempty"`
+	CTimeNs json.Number       `json:"ctime_ns,omitempty"`
 }
 
 // EntryView is one name of the archive as ls and stat describe it: an
@@ -112,9 +113,14 @@ func (v *EntryView) JSON() EntryJSON {
 	j := EntryJSON{
 		Path: string(v.path), Type: v.typ, Size: v.size, Mode: fmt.Sprintf("%04o", e.Mode),
 		UID: e.UID, GID: e.GID, Uname: e.Uname, Gname: e.Gname,
-		MTime: time.Unix(0, e.MTime).UTC().Format(time.RFC3339Nano), MTimeNs: e.MTime, Link: v.link,
+		MTime: string(appendRFC3339Nano(nil, e.MTime)), MTimeNs: unixNano(e.MTime), Link: v.link,
 		Devmaj: e.Devmajor, Devmin: e.Devminor, Inode: uint32(v.id) + 1, Nlink: e.Nlink, Sparse: e.Sparse,
-		ATimeNs: e.ATime, CTimeNs: e.CTime,
+	}
+	if !e.ATime.IsZero() {
+		j.ATimeNs = unixNano(e.ATime)
+	}
+	if !e.CTime.IsZero() {
+		j.CTimeNs = unixNano(e.CTime)
 	}
 	if v.hasOffset {
 		off := v.offset
@@ -170,7 +176,8 @@ func (v *EntryView) AppendJSON(b []byte) []byte {
 	b = append(b, '"') // RFC 3339 needs no escaping
 	b = appendRFC3339Nano(b, e.MTime)
 	b = append(b, '"')
-	num("mtime_ns", e.MTime)
+	key("mtime_ns")
+	b = appendUnixNano(b, e.MTime)
 	str("link", v.link)
 	if v.hasOffset {
 		num("offset", v.offset)
@@ -201,11 +208,13 @@ func (v *EntryView) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
-	if e.ATime != 0 {
-		num("atime_ns", e.ATime)
+	if !e.ATime.IsZero() {
+		key("atime_ns")
+		b = appendUnixNano(b, e.ATime)
 	}
-	if e.CTime != 0 {
-		num("ctime_ns", e.CTime)
+	if !e.CTime.IsZero() {
+		key("ctime_ns")
+		b = appendUnixNano(b, e.CTime)
 	}
 	return append(b, '}', '\n')
 }
@@ -218,11 +227,35 @@ func appendOctal4(b []byte, m uint32) []byte {
 	return append(b, '0'+byte(m>>9), '0'+byte(m>>6&7), '0'+byte(m>>3&7), '0'+byte(m&7))
 }
 
-// appendRFC3339Nano appends the time ns nanoseconds after the epoch, in
-// UTC, as time.RFC3339Nano formats it (a fraction without trailing zeros,
-// none for whole seconds).
-func appendRFC3339Nano(b []byte, ns int64) []byte {
-	year, month, day, sod, frac := civilTime(ns)
+// unixNano returns t in nanoseconds since the epoch, exactly.
+func unixNano(t index.Time) json.Number { return json.Number(appendUnixNano(nil, t)) }
+
+// appendUnixNano appends t in nanoseconds since the epoch as a decimal
+// integer, exact also where it outgrows an int64.
+func appendUnixNano(b []byte, t index.Time) []byte {
+	if ns, ok := t.UnixNano(); ok {
+		return strconv.AppendInt(b, ns, 10)
+	}
+	sec, nsec := t.Sec, int64(t.Nsec)
+	if sec < 0 { // -(|sec|*1e9 - nsec), written as its magnitude
+		b = append(b, '-')
+		u := uint64(-(sec + 1)) // |sec| - 1, safe for MinInt64
+		if nsec == 0 {
+			u, nsec = u+1, 0
+		} else {
+			nsec = 1e9 - nsec
+		}
+		b = strconv.AppendUint(b, u, 10)
+	} else {
+		b = strconv.AppendInt(b, sec, 10)
+	}
+	return appendPadded(b, int(nsec), 9)
+}
+
+// appendRFC3339Nano appends t in UTC as time.RFC3339Nano formats it (a
+// fraction without trailing zeros, none for whole seconds).
+func appendRFC3339Nano(b []byte, t index.Time) []byte {
+	year, month, day, sod, frac := civilTime(t)
 	b = appendPadded(b, int(year), 4)
 	b = append(b, '-', '0'+byte(month/10), '0'+byte(month%10), '-', '0'+byte(day/10), '0'+byte(day%10), 'T')
 	h, m, s := sod/3600, sod/60%60, sod%60
@@ -243,15 +276,11 @@ func appendRFC3339Nano(b []byte, ns int64) []byte {
 	return append(b, 'Z')
 }
 
-// civilTime splits the time ns nanoseconds after the epoch into its date
-// in UTC, the second of that day and the nanosecond of that second, with
-// integer arithmetic only: the time package's formatting was a fifth of
-// ls --json. int64 nanoseconds span the years 1677 to 2262.
-func civilTime(ns int64) (year, month, day, sod, frac int64) {
-	sec, frac := ns/1e9, ns%1e9
-	if frac < 0 {
-		sec, frac = sec-1, frac+1e9
-	}
+// civilTime splits t into its date in UTC, the second of that day and the
+// nanosecond of that second, with integer arithmetic only: the time
+// package's formatting was a fifth of ls --json.
+func civilTime(t index.Time) (year, month, day, sod, frac int64) {
+	sec, frac := t.Sec, int64(t.Nsec)
 	days, sod := sec/86400, sec%86400
 	if sod < 0 {
 		days, sod = days-1, sod+86400
@@ -391,6 +420,10 @@ func (v *EntryView) AppendLong(b []byte) []byte {
 
 // appendPadded appends n (0 or more) with leading zeros to width digits.
 func appendPadded(b []byte, n, width int) []byte {
+	if n < 0 { // a year before 1 AD, as the time package writes it
+		b = append(b, '-')
+		n = -n
+	}
 	for d := 10; width > 1; d, width = d*10, width-1 {
 		if n < d {
 			b = append(b, '0')

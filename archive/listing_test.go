@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -31,18 +32,19 @@ func TestAppendJSON(t *testing.T) {
 	}
 	for i, v := range []EntryView{
 		{path: []byte("a/b.txt"), id: 2, typ: "file", size: 10, offset: 1536, hasOffset: true,
-			e: &index.Entry{Mode: 0o644, MTime: 1577934245123000000, Nlink: 1}},
+			e: &index.Entry{Mode: 0o644, MTime: index.Time{Sec: 1577934245, Nsec: 123000000}, Nlink: 1}},
 		{path: all, typ: "symlink", link: "../x\"y\\z",
 			e: &index.Entry{Mode: 0o777, Uname: "ü", Gname: "<&>", UID: 4000000000, GID: 1}},
 		{path: []byte("bad\xff\xfe utf8 \u2028 \u2029 \U0001F600 \xe2\x80"), typ: "char",
-			e: &index.Entry{Mode: 0o600, Devmajor: 1, Devminor: 3, ATime: -5, CTime: 9}},
+			e: &index.Entry{Mode: 0o600, Devmajor: 1, Devminor: 3, ATime: index.Time{Sec: -1, Nsec: 999999995}, CTime: index.Time{Nsec: 9}}},
 		{path: []byte("block"), typ: "block", e: &index.Entry{Mode: 0o660, Devmajor: 4294967295, Devminor: 4294967295}},
 		{path: []byte("s"), id: math.MaxUint32 - 1, typ: "file", size: 1 << 40, stored: 7, hasStored: true, offset: 0, hasOffset: true,
-			e:      &index.Entry{Mode: 0o4755, Sparse: true, MTime: math.MaxInt64, Nlink: math.MaxUint32},
+			e: &index.Entry{Mode: 0o4755, Sparse: true, MTime: index.Time{Sec: math.MaxInt64 / 1_000_000_000, Nsec: 854775807}, Nlink: math.MaxUint32,
+				CTime: index.Time{Sec: 15023750400, Nsec: 1}, ATime: index.Time{Sec: -15023750400, Nsec: 1}},
 			xattrs: []index.Xattr{{Name: "user.a", Value: "\x00\x01\"\\"}, {Name: "user.b", Value: "2"}, {Name: "user.\xff", Value: "v"}}},
-		{path: []byte("d"), typ: "dir", e: &index.Entry{Mode: 0o3775, MTime: math.MinInt64, Uname: "x y", GID: 7}},
-		{path: []byte("h"), typ: "hardlink", link: "a/b \"c\"", e: &index.Entry{Mode: 0o7000, MTime: -1, Nlink: 2}},
-		{path: []byte("f"), typ: "fifo", e: &index.Entry{Mode: 0o170777, MTime: 1}},
+		{path: []byte("d"), typ: "dir", e: &index.Entry{Mode: 0o3775, MTime: index.Time{Sec: math.MinInt64/1_000_000_000 - 1, Nsec: 145224192}, Uname: "x y", GID: 7}},
+		{path: []byte("h"), typ: "hardlink", link: "a/b \"c\"", e: &index.Entry{Mode: 0o7000, MTime: index.Time{Sec: -1, Nsec: 999999999}, Nlink: 2}},
+		{path: []byte("f"), typ: "fifo", e: &index.Entry{Mode: 0o170777, MTime: index.Time{Nsec: 1}}},
 		{path: []byte("big"), typ: "file", size: 123456789012, e: &index.Entry{Mode: 0o1644}},
 		{path: []byte{}, typ: "unknown", e: &index.Entry{}},
 	} {
@@ -85,16 +87,52 @@ func TestAppendTime(t *testing.T) {
 	for range 20000 {
 		ns = append(ns, int64(r.Uint64()), r.Int64N(4e18)-2e18, r.Int64N(1e9)*1e9)
 	}
+	ts := make([]index.Time, 0, len(ns)+40000)
 	for _, n := range ns {
-		tm := time.Unix(0, n).UTC()
-		if got, want := string(appendRFC3339Nano(nil, n)), tm.Format(time.RFC3339Nano); got != want {
-			t.Fatalf("appendRFC3339Nano(%d): got %s, want %s", n, got, want)
-		}
-		v := EntryView{typ: "file", e: &index.Entry{MTime: n}}
-		if got, want := string(v.AppendLong(nil)), refLongLine(v.JSON())+"\n"; got != want {
-			t.Fatalf("appendLong of mtime %d: got %q, want %q", n, got, want)
+		ts = append(ts, index.Time{Sec: n / 1e9, Nsec: int32(n % 1e9)})
+		if n%1e9 < 0 {
+			ts[len(ts)-1] = index.Time{Sec: n/1e9 - 1, Nsec: int32(n%1e9 + 1e9)}
 		}
 	}
+	// Past int64 nanoseconds: 2262 to 2446 (ext4's end) and far beyond,
+	// and as far before 1678, to a million years.
+	const year = 31556952
+	for _, sec := range []int64{9223372037, 15023750400, 253402300799, 253402300800, -9223372037, -62135596800, -62135596801} {
+		ts = append(ts, index.Time{Sec: sec}, index.Time{Sec: sec, Nsec: 999999999})
+	}
+	for range 20000 {
+		ts = append(ts, index.Time{Sec: r.Int64N(2e6*year) - 1e6*year, Nsec: int32(r.Int64N(1e9))},
+			index.Time{Sec: 9223372037 + r.Int64N(200*year), Nsec: int32(r.Int64N(1e9))})
+	}
+	for _, tt := range ts {
+		tm := time.Unix(tt.Sec, int64(tt.Nsec)).UTC()
+		if got, want := string(appendRFC3339Nano(nil, tt)), tm.Format(time.RFC3339Nano); got != want {
+			t.Fatalf("appendRFC3339Nano(%v): got %s, want %s", tt, got, want)
+		}
+		if got, want := string(appendUnixNano(nil, tt)), refNanos(tt).String(); got != want {
+			t.Fatalf("appendUnixNano(%v): got %s, want %s", tt, got, want)
+		}
+		v := EntryView{typ: "file", e: &index.Entry{MTime: tt}}
+		if got, want := string(v.AppendLong(nil)), refLongLine(v.JSON())+"\n"; got != want {
+			t.Fatalf("appendLong of mtime %v: got %q, want %q", tt, got, want)
+		}
+	}
+}
+
+// refNanos is t in nanoseconds since the epoch, computed with big numbers.
+func refNanos(t index.Time) json.Number {
+	n := new(big.Int).Mul(big.NewInt(t.Sec), big.NewInt(1e9))
+	return json.Number(n.Add(n, big.NewInt(int64(t.Nsec))).String())
+}
+
+// refTime is the time of an exact nanosecond count from ls --json.
+func refTime(ns json.Number) time.Time {
+	n, ok := new(big.Int).SetString(string(ns), 10)
+	if !ok {
+		panic("bad nanoseconds " + ns)
+	}
+	sec, nsec := new(big.Int).DivMod(n, big.NewInt(1e9), new(big.Int)) // Euclidean: nsec >= 0
+	return time.Unix(sec.Int64(), nsec.Int64()).UTC()
 }
 
 // TestListOutput lists an archive of awkward members with ls, ls -l and
@@ -285,9 +323,14 @@ func refDescribe(ix *index.Index, p string, id index.EntryID) EntryJSON {
 	j := EntryJSON{
 		Path: p, Type: e.Type.String(), Size: e.Size, Mode: fmt.Sprintf("%04o", e.Mode),
 		UID: e.UID, GID: e.GID, Uname: e.Uname, Gname: e.Gname,
-		MTime: time.Unix(0, e.MTime).UTC().Format(time.RFC3339Nano), MTimeNs: e.MTime,
+		MTime: e.MTime.Std().Format(time.RFC3339Nano), MTimeNs: refNanos(e.MTime),
 		Devmaj: e.Devmajor, Devmin: e.Devminor, Inode: uint32(id) + 1, Nlink: e.Nlink, Sparse: e.Sparse,
-		ATimeNs: e.ATime, CTimeNs: e.CTime,
+	}
+	if !e.ATime.IsZero() {
+		j.ATimeNs = refNanos(e.ATime)
+	}
+	if !e.CTime.IsZero() {
+		j.CTimeNs = refNanos(e.CTime)
 	}
 	switch {
 	case e.Type == index.TypeSymlink:
@@ -337,7 +380,7 @@ func refLongLine(j EntryJSON) string {
 	case "hardlink":
 		name += " link to " + j.Link
 	}
-	mt := time.Unix(0, j.MTimeNs).UTC().Format("2006-01-02 15:04")
+	mt := refTime(j.MTimeNs).Format("2006-01-02 15:04")
 	b := testutil.ModeLetters(j.Type, j.Mode)
 	return fmt.Sprintf("%s %s/%s %9s %s %s", b, owner, group, size, mt, name)
 }

@@ -11,7 +11,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/tarmount/tarmount/index"
 )
@@ -133,7 +132,7 @@ func (a *Archive) Get(ctx context.Context, dir string, paths ...string) error {
 	for i := len(dirs) - 1; i >= 0; i-- {
 		e := a.ix.Entry(mustLookup(a.ix, dirs[i]))
 		root.Chmod(dirs[i], fs.FileMode(e.Mode&0o777))
-		mt := time.Unix(0, e.MTime)
+		mt := e.MTime.Std()
 		root.Chtimes(dirs[i], mt, mt)
 	}
 	return nil
@@ -164,7 +163,7 @@ func getFile(ctx context.Context, r *index.Reader, root *os.Root, p string, id i
 		err = root.Chmod(tmp, fs.FileMode(e.Mode&0o777))
 	}
 	if err == nil {
-		mt := time.Unix(0, e.MTime)
+		mt := e.MTime.Std()
 		err = root.Chtimes(tmp, mt, mt)
 	}
 	if err == nil {

@@ -41,7 +41,7 @@ var errBlockLimit = errors.New("fake: read was never interrupted")
 
 func newFakeArchive() *fakeArchive {
 	a := &fakeArchive{blocked: make(chan struct{}, 16)}
-	a.entries = append(a.entries, &fakeEntry{e: index.Entry{Type: index.TypeDir, Mode: 0o755, MTime: 1_600_000_000_123_456_789}})
+	a.entries = append(a.entries, &fakeEntry{e: index.Entry{Type: index.TypeDir, Mode: 0o755, MTime: index.Time{Sec: 1_600_000_000, Nsec: 123_456_789}}})
 	return a
 }
 
@@ -62,13 +62,13 @@ func (a *fakeArchive) add(parent index.EntryID, name string, e index.Entry) inde
 }
 
 func (a *fakeArchive) addFile(parent index.EntryID, name string, mode uint32, data []byte) index.EntryID {
-	id := a.add(parent, name, index.Entry{Type: index.TypeReg, Mode: mode, Size: int64(len(data)), MTime: 1_700_000_000_000_000_001})
+	id := a.add(parent, name, index.Entry{Type: index.TypeReg, Mode: mode, Size: int64(len(data)), MTime: index.Time{Sec: 1_700_000_000, Nsec: 1}})
 	a.entries[id].data = data
 	return id
 }
 
 func (a *fakeArchive) addDir(parent index.EntryID, name string, mode uint32) index.EntryID {
-	return a.add(parent, name, index.Entry{Type: index.TypeDir, Mode: mode, MTime: 1_650_000_000_500_000_000})
+	return a.add(parent, name, index.Entry{Type: index.TypeDir, Mode: mode, MTime: index.Time{Sec: 1_650_000_000, Nsec: 500_000_000}})
 }
 
 // link adds a second name for id in dir parent: a hard link.
@@ -201,7 +201,7 @@ func testArchive() *fakeArchive {
 	id := a.addFile(root, "big.bin", 0o644, big)
 	a.entries[id].chunk = 1000
 
-	dir := a.add(root, "dir", index.Entry{Type: index.TypeDir, Mode: 0o750, UID: 1000, GID: 1000, MTime: 1_650_000_000_999_999_999})
+	dir := a.add(root, "dir", index.Entry{Type: index.TypeDir, Mode: 0o750, UID: 1000, GID: 1000, MTime: index.Time{Sec: 1_650_000_000, Nsec: 999_999_999}})
 	a.entries[dir].xattrs = []index.Xattr{{Name: "user.dir", Value: "d"}}
 	file := a.addFile(dir, "file.txt", 0o644, []byte(helloText))
 	a.entries[file].xattrs = []index.Xattr{{Name: "user.comment", Value: "hi there"}, {Name: "user.empty", Value: ""}}
@@ -212,13 +212,14 @@ func testArchive() *fakeArchive {
 	a.addFile(root, "empty", 0o600, nil)
 	id = a.addFile(root, "eio.bin", 0o644, make([]byte, 10))
 	a.entries[id].readErr = errors.New("fake: decoder exploded")
-	a.add(root, "fifo", index.Entry{Type: index.TypeFIFO, Mode: 0o644, MTime: 5_000_000_000})
+	a.add(root, "fifo", index.Entry{Type: index.TypeFIFO, Mode: 0o644, MTime: index.Time{Sec: 5}})
 	hl := a.addFile(root, "hl1", 0o640, []byte("hard link\n"))
 	a.link(dir, "hl2", hl)
-	a.add(root, "link", index.Entry{Type: index.TypeSymlink, Mode: 0o777, Linkname: "dir/file.txt", MTime: 6_000_000_000})
-	a.add(root, "null", index.Entry{Type: index.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3, MTime: 7_000_000_000})
-	a.add(root, "old", index.Entry{Type: index.TypeReg, Mode: 0o644, MTime: -1_500_000_000, ATime: 1_000_000_000_000_000_002, CTime: 1_100_000_000_000_000_003})
-	a.add(root, "sda", index.Entry{Type: index.TypeBlock, Mode: 0o660, GID: 6, Devmajor: 8, Devminor: 0, MTime: 8_000_000_000})
+	a.add(root, "link", index.Entry{Type: index.TypeSymlink, Mode: 0o777, Linkname: "dir/file.txt", MTime: index.Time{Sec: 6}})
+	a.add(root, "null", index.Entry{Type: index.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3, MTime: index.Time{Sec: 7}})
+	a.add(root, "old", index.Entry{Type: index.TypeReg, Mode: 0o644, MTime: index.Time{Sec: -2, Nsec: 500_000_000}, ATime: index.Time{Sec: 1_000_000_000, Nsec: 2},
+		CTime: index.Time{Sec: 15_023_750_400, Nsec: 3}}) // ctime in 2446, past int64 nanoseconds
+	a.add(root, "sda", index.Entry{Type: index.TypeBlock, Mode: 0o660, GID: 6, Devmajor: 8, Devminor: 0, MTime: index.Time{Sec: 8}})
 	id = a.addFile(root, "short.bin", 0o644, make([]byte, shortStored))
 	a.entries[id].e.Size = shortSize
 	id = a.addFile(root, "slow.bin", 0o644, make([]byte, 10))

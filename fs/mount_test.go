@@ -113,11 +113,11 @@ func wantStat(a *fakeArchive, id index.EntryID) unix.Stat_t {
 		index.TypeReg: unix.S_IFREG, index.TypeDir: unix.S_IFDIR, index.TypeSymlink: unix.S_IFLNK,
 		index.TypeChar: unix.S_IFCHR, index.TypeBlock: unix.S_IFBLK, index.TypeFIFO: unix.S_IFIFO,
 	}[e.Type]
-	ts := func(ns int64) unix.Timespec {
-		if ns == 0 {
-			ns = e.MTime
+	ts := func(t index.Time) unix.Timespec {
+		if t.IsZero() {
+			t = e.MTime
 		}
-		return unix.NsecToTimespec(ns)
+		return unix.Timespec{Sec: t.Sec, Nsec: int64(t.Nsec)}
 	}
 	st := unix.Stat_t{
 		Ino:   uint64(id) + 1,

@@ -137,27 +137,17 @@ func (t *tree) fillAttr(id index.EntryID, e *index.Entry, out *fuse.Attr) {
 	out.Blksize = blockSizeBytes
 	mtime := e.MTime
 	atime, ctime := e.ATime, e.CTime
-	if atime == 0 {
+	if atime.IsZero() {
 		atime = mtime
 	}
-	if ctime == 0 {
+	if ctime.IsZero() {
 		ctime = mtime
 	}
-	out.Mtime, out.Mtimensec = splitNanos(mtime)
-	out.Atime, out.Atimensec = splitNanos(atime)
-	out.Ctime, out.Ctimensec = splitNanos(ctime)
-}
-
-// splitNanos splits nanoseconds since the epoch into seconds and a
-// nanosecond part in [0, 1e9). Seconds before 1970 wrap to the two's
-// complement the kernel reads back as negative.
-func splitNanos(ns int64) (sec uint64, nsec uint32) {
-	s, n := ns/1e9, ns%1e9
-	if n < 0 {
-		s--
-		n += 1e9
-	}
-	return uint64(s), uint32(n)
+	// Seconds before 1970 wrap to the two's complement the kernel reads
+	// back as negative.
+	out.Mtime, out.Mtimensec = uint64(mtime.Sec), uint32(mtime.Nsec)
+	out.Atime, out.Atimensec = uint64(atime.Sec), uint32(atime.Nsec)
+	out.Ctime, out.Ctimensec = uint64(ctime.Sec), uint32(ctime.Nsec)
 }
 
 var _ fusefs.NodeGetattrer = (*node)(nil)

@@ -91,7 +91,7 @@ func TestLookupAttr(t *testing.T) {
 		{path: "null", mode: syscall.S_IFCHR | 0o666, nlink: 1, rdev: 1<<8 | 3, mtime: 7, atime: 7, ctime: 7},
 		{path: "sda", mode: syscall.S_IFBLK | 0o660, nlink: 1, gid: 6, rdev: 8 << 8, mtime: 8, atime: 8, ctime: 8},
 		// -1.5 s: one and a half seconds before the epoch.
-		{path: "old", mode: syscall.S_IFREG | 0o644, nlink: 1, mtime: uint64(1<<64 - 2), mtimens: 500_000_000, atime: 1_000_000_000, atimens: 2, ctime: 1_100_000_000, ctimens: 3},
+		{path: "old", mode: syscall.S_IFREG | 0o644, nlink: 1, mtime: uint64(1<<64 - 2), mtimens: 500_000_000, atime: 1_000_000_000, atimens: 2, ctime: 15_023_750_400, ctimens: 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.path, func(t *testing.T) {

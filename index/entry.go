@@ -1,5 +1,7 @@
 package index
 
+import "github.com/tarmount/tarmount/index/tarscan"
+
 // EntryID names one inode of the archive tree. IDs are dense, start at
 // RootID and are stable for a given index file: the filesystem uses them
 // as inode numbers, so hard links (several names, one EntryID) share an
@@ -67,9 +69,8 @@ type Entry struct {
 	// Size is the logical size: the real size of a sparse file, the
 	// length of Linkname for a symlink, 0 for directories and devices.
 	Size int64
-	// Times in nanoseconds since the Unix epoch; ATime and CTime are 0
-	// when the archive does not record them.
-	MTime, ATime, CTime int64
+	// ATime and CTime are zero when the archive does not record them.
+	MTime, ATime, CTime Time
 	// Linkname is the target of a symlink.
 	Linkname string
 	// Devmajor and Devminor are set for TypeChar and TypeBlock.
@@ -103,8 +104,9 @@ type rec struct {
 	mode       uint16
 	uid, gid   uint32
 	owner      uint32 // index in Index.owners
+	mtimeNsec  uint32 // fills the padding before size
 	size       int64
-	mtime      int64
+	mtime      int64 // seconds
 	dataOff    int64
 	nlink      uint32
 	extra      uint32 // 1 + index in Index.extras; 0 when there is none
@@ -114,7 +116,8 @@ type rec struct {
 
 // extraRec holds the fields most entries lack.
 type extraRec struct {
-	atime, ctime             int64
+	atime, ctime             int64 // seconds
+	atimeNsec, ctimeNsec     uint32
 	link                     strRef
 	devmajor, devminor       uint32
 	xattrFirst, xattrCount   uint32 // range in Index.xattrs
@@ -152,3 +155,10 @@ type SparseChunk struct {
 	Offset int64
 	Length int64
 }
+
+// Time is a time recorded in the archive: seconds since the Unix epoch and
+// nanoseconds (see tarscan.Time).
+type Time = tarscan.Time
+
+// nanosPerSecond bounds the nanoseconds of a stored Time.
+const nanosPerSecond = 1_000_000_000

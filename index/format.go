@@ -37,8 +37,9 @@ import (
 //	strtab       length, bytes
 //	owners       count, then uname (str), gname (str)
 //	entries      count, then parent, name (str), type (byte), sparse (byte), mode, uid, gid,
-//	             owner, size, mtime (varint), data offset, nlink, extra, child first, child count
-//	extras       count, then atime, ctime (varints), link (str), devmajor, devminor,
+//	             owner, size, mtime (varint s, then ns), data offset, nlink, extra, child first,
+//	             child count
+//	extras       count, then atime, ctime (varint s, then ns each), link (str), devmajor, devminor,
 //	             xattr first, xattr count, sparse first, sparse count
 //	dirents      count, then name (str), id
 //	xattrs       count, then name (str), value (str)
@@ -50,7 +51,9 @@ const (
 	// kinds, checkpoint flags and the end of the compressed data.
 	// Version 3 added checkpoints at bzip2 and xz block starts.
 	// Version 4 added the member digests.
-	formatVersion = 4
+	// Version 5 keeps times as seconds and nanoseconds, so that times
+	// past 2262 survive.
+	formatVersion = 5
 	headerSize    = 32
 	sumSize       = sha256.Size
 )
@@ -173,6 +176,7 @@ func (ix *Index) payload() []byte {
 		e.uvarint(uint64(r.owner))
 		e.uvarint(uint64(r.size))
 		e.varint(r.mtime)
+		e.uvarint(uint64(r.mtimeNsec))
 		e.uvarint(uint64(r.dataOff))
 		e.uvarint(uint64(r.nlink))
 		e.uvarint(uint64(r.extra))
@@ -182,7 +186,9 @@ func (ix *Index) payload() []byte {
 	e.uvarint(uint64(len(ix.extras)))
 	for _, x := range ix.extras {
 		e.varint(x.atime)
+		e.uvarint(uint64(x.atimeNsec))
 		e.varint(x.ctime)
+		e.uvarint(uint64(x.ctimeNsec))
 		e.ref(x.link)
 		e.uvarint(uint64(x.devmajor))
 		e.uvarint(uint64(x.devminor))
@@ -404,6 +410,7 @@ func decodePayload(p []byte) (*Index, error) {
 		r.owner = uint32(d.bounded("owner", uint64(max(len(ix.owners), 1)-1)))
 		r.size = int64(d.bounded("size", math.MaxInt64))
 		r.mtime = d.varint("mtime")
+		r.mtimeNsec = uint32(d.bounded("mtime", nanosPerSecond-1))
 		r.dataOff = int64(d.bounded("data offset", uint64(ix.TarSize)))
 		r.nlink = uint32(d.bounded("nlink", math.MaxUint32))
 		r.extra = uint32(d.bounded("extra", math.MaxUint32))
@@ -417,7 +424,9 @@ func decodePayload(p []byte) (*Index, error) {
 	for i := range ix.extras {
 		x := &ix.extras[i]
 		x.atime = d.varint("atime")
+		x.atimeNsec = uint32(d.bounded("atime", nanosPerSecond-1))
 		x.ctime = d.varint("ctime")
+		x.ctimeNsec = uint32(d.bounded("ctime", nanosPerSecond-1))
 		x.link = d.ref("link")
 		x.devmajor = uint32(d.bounded("devmajor", math.MaxUint32))
 		x.devminor = uint32(d.bounded("devminor", math.MaxUint32))

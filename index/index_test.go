@@ -172,7 +172,7 @@ func TestBuildEntries(t *testing.T) {
 				t.Errorf("implied dir: got %+v", e)
 			}
 			s, _ := ix.LookupPath("setuid")
-			if e := ix.Entry(s); e.Mode != 0o4755 || e.UID != 1000 || e.GID != 100 || e.Uname != "user" || e.MTime != 1700000000123456789 {
+			if e := ix.Entry(s); e.Mode != 0o4755 || e.UID != 1000 || e.GID != 100 || e.Uname != "user" || e.MTime != (Time{Sec: 1700000000, Nsec: 123456789}) {
 				t.Errorf("setuid: got %+v", e)
 			}
 			f, _ := ix.LookupPath("fifo")
@@ -410,10 +410,10 @@ func goldenIndex() *Index {
 	w, _ := compressWindow(bytes.Repeat([]byte("window"), 100))
 	ix.Checkpoints = []Checkpoint{{Kind: 1, In: 0, Out: 0}, {Kind: 2, In: 4000, Bit: 3, Out: 1 << 20, window: w}}
 	ix.Digests = []uint64{0x1122334455667788, 0x99aabbccddeeff00}
-	mtime := int64(1600000000123456789)
+	mtime := Time{Sec: 1600000000, Nsec: 123456789}
 	b.add(headerFor("d/", '5', 0o755, mtime, nil))
 	b.add(headerFor("d/f", '0', 0o644, mtime, map[string]string{"user.a": "1"}))
-	b.add(headerFor("d/l", '2', 0o777, mtime, nil))
+	b.add(headerFor("d/l", '2', 0o777, Time{Sec: 15023750400, Nsec: 5}, nil)) // 2446, past int64 nanoseconds
 	b.add(headerFor("d/h", '1', 0o644, mtime, nil))
 	b.finish()
 	ix.memberDigests = make([]uint64, ix.Len())
@@ -458,7 +458,7 @@ func BenchmarkLoad(b *testing.B) {
 	bl := newBuilder(nil)
 	for d := 0; d < 1000; d++ {
 		for f := 0; f < 1000; f++ {
-			bl.add(headerFor(fmt.Sprintf("dir%04d/file%04d.txt", d, f), '0', 0o644, int64(d*f), nil))
+			bl.add(headerFor(fmt.Sprintf("dir%04d/file%04d.txt", d, f), '0', 0o644, Time{Sec: int64(d * f)}, nil))
 		}
 	}
 	bl.finish()
@@ -485,7 +485,7 @@ func TestLookupSorted(t *testing.T) {
 	b := newBuilder(nil)
 	names := []string{"b", "a", "c", "aa", "B", "é", "z"}
 	for _, n := range names {
-		b.add(headerFor(n, '0', 0o644, 0, nil))
+		b.add(headerFor(n, '0', 0o644, Time{}, nil))
 	}
 	b.finish()
 	sort.Strings(names)
@@ -517,7 +517,7 @@ func TestFillEntry(t *testing.T) {
 	}
 }
 
-func headerFor(name string, flag byte, mode, mtime int64, xattrs map[string]string) *tarscan.Header {
+func headerFor(name string, flag byte, mode int64, mtime Time, xattrs map[string]string) *tarscan.Header {
 	h := &tarscan.Header{Name: name, Typeflag: flag, Mode: mode, MTime: mtime, UID: 1, GID: 2, Uname: "u", Gname: "g"}
 	switch flag {
 	case '2':

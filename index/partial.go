@@ -47,7 +47,7 @@ import (
 // too big to decode per read), which a stopped pass does not keep.
 
 const (
-	partialVersion = 1
+	partialVersion = 2
 	partialMagic   = "TARMOUNT-PART\n\x00\x00"
 )
 
@@ -439,9 +439,10 @@ func encodeHeader(e *encoder, h *tarscan.Header) {
 	e.raw(h.Uname)
 	e.raw(h.Gname)
 	e.varint(h.Size)
-	e.varint(h.MTime)
-	e.varint(h.ATime)
-	e.varint(h.CTime)
+	for _, t := range []tarscan.Time{h.MTime, h.ATime, h.CTime} {
+		e.varint(t.Sec)
+		e.uvarint(uint64(t.Nsec))
+	}
 	var flags uint8
 	if h.HasATime {
 		flags |= 1
@@ -473,7 +474,10 @@ func encodeHeader(e *encoder, h *tarscan.Header) {
 func decodeHeader(d *decoder) *tarscan.Header {
 	h := &tarscan.Header{Name: d.raw("name"), Linkname: d.raw("linkname"), Typeflag: d.byte("type"),
 		Mode: d.varint("mode"), UID: d.varint("uid"), GID: d.varint("gid"), Uname: d.raw("uname"), Gname: d.raw("gname"),
-		Size: d.varint("size"), MTime: d.varint("mtime"), ATime: d.varint("atime"), CTime: d.varint("ctime")}
+		Size: d.varint("size")}
+	for _, t := range []*tarscan.Time{&h.MTime, &h.ATime, &h.CTime} {
+		t.Sec, t.Nsec = d.varint("time"), int32(d.bounded("time", nanosPerSecond-1))
+	}
 	flags := d.byte("flags")
 	h.HasATime, h.HasCTime = flags&1 != 0, flags&2 != 0
 	h.Devmajor, h.Devminor = d.varint("devmajor"), d.varint("devminor")

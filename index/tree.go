@@ -234,7 +234,7 @@ func (b *builder) add(h *tarscan.Header) error {
 // parentDir returns the directory that holds the components dirs from the
 // root, creating implied directories. It fails when a component is not a
 // directory; name is the member's, for the message.
-func (b *builder) parentDir(dirs []string, mtime int64, name string) (EntryID, bool) {
+func (b *builder) parentDir(dirs []string, mtime Time, name string) (EntryID, bool) {
 	id := RootID
 	for _, c := range dirs {
 		key := dirName{id, c}
@@ -386,7 +386,7 @@ func (b *builder) finish() error {
 		e := &entries[i]
 		r := &ix.recs[i]
 		*r = rec{typ: e.Type, sparse: e.Sparse, mode: uint16(e.Mode), uid: e.UID, gid: e.GID,
-			size: e.Size, mtime: e.MTime, dataOff: int64(e.DataOffset)}
+			size: e.Size, mtime: e.MTime.Sec, mtimeNsec: uint32(e.MTime.Nsec), dataOff: int64(e.DataOffset)}
 		if e.Type == TypeDir {
 			r.nlink = 2
 		}
@@ -398,9 +398,9 @@ func (b *builder) finish() error {
 			ix.owners = append(ix.owners, ownerRec{st.ref(e.Uname), st.ref(e.Gname)})
 		}
 		r.owner = o
-		if e.ATime != 0 || e.CTime != 0 || e.Linkname != "" || e.Devmajor != 0 || e.Devminor != 0 ||
+		if !e.ATime.IsZero() || !e.CTime.IsZero() || e.Linkname != "" || e.Devmajor != 0 || e.Devminor != 0 ||
 			len(e.xattrs) > 0 || len(e.sparse) > 0 {
-			x := extraRec{atime: e.ATime, ctime: e.CTime, link: st.ref(e.Linkname), devmajor: e.Devmajor, devminor: e.Devminor,
+			x := extraRec{atime: e.ATime.Sec, atimeNsec: uint32(e.ATime.Nsec), ctime: e.CTime.Sec, ctimeNsec: uint32(e.CTime.Nsec), link: st.ref(e.Linkname), devmajor: e.Devmajor, devminor: e.Devminor,
 				xattrFirst: uint32(len(ix.xattrs)), xattrCount: uint32(len(e.xattrs)),
 				sparseFirst: uint32(len(ix.sparse)), sparseCount: uint32(len(e.sparse))}
 			for _, a := range e.xattrs {

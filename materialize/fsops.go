@@ -199,11 +199,17 @@ func linkInto(olddirfd int, oldname string, dirfd int, name string, tmpfd int, t
 // archive's when it has one, else mtime.
 func timespecs(e *index.Entry) [2]unix.Timespec {
 	at := e.ATime
-	if at == 0 {
+	if at.IsZero() {
 		at = e.MTime
 	}
-	return [2]unix.Timespec{unix.NsecToTimespec(at), unix.NsecToTimespec(e.MTime)}
+	return [2]unix.Timespec{timespec(at), timespec(e.MTime)}
 }
+
+// timespec returns t for the kernel.
+func timespec(t index.Time) unix.Timespec { return unix.Timespec{Sec: t.Sec, Nsec: int64(t.Nsec)} }
+
+// statTime returns a time from a stat.
+func statTime(ts unix.Timespec) index.Time { return index.Time{Sec: ts.Sec, Nsec: int32(ts.Nsec)} }
 
 // futimens sets the times of the file open at fd (utimensat with a NULL
 // path, which x/sys/unix does not wrap).

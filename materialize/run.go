@@ -567,7 +567,7 @@ func (j *Job) keepsMeta(fd int, e *index.Entry, xattrs []index.Xattr) bool {
 // ("./"), whose metadata tar -x applies to DIR, from one without, for
 // which the index holds defaults and DIR is left as it is.
 func hasRootMember(e *index.Entry, xattrs []index.Xattr) bool {
-	return e.MTime != 0 || e.Mode != 0o755 || e.UID != 0 || e.GID != 0 || len(xattrs) > 0
+	return !e.MTime.IsZero() || e.Mode != 0o755 || e.UID != 0 || e.GID != 0 || len(xattrs) > 0
 }
 
 // spanRef releases a span's memory once its last piece is written.

@@ -252,7 +252,7 @@ func (r *reconciler) file(id index.EntryID, e *index.Entry, fd int, name, p stri
 		o := r.prev.Entry(pid)
 		od, ok1 := r.prev.MemberDigest(pid)
 		nd, ok2 := r.ix.MemberDigest(id)
-		mt := st.Mtim.Nano()
+		mt := statTime(st.Mtim)
 		if ok1 && ok2 && o.Type == index.TypeReg && o.Size == e.Size && o.Sparse == e.Sparse &&
 			slices.Equal(r.prev.SparseMap(pid), r.ix.SparseMap(id)) && (mt == o.MTime || mt == e.MTime) {
 			if od != nd {
@@ -384,7 +384,7 @@ func (j *Job) metaSame(st *unix.Stat_t, e *index.Entry) bool {
 	if j.meta.chown && (st.Uid != e.UID || st.Gid != e.GID) {
 		return false
 	}
-	return st.Mtim.Nano() == e.MTime
+	return statTime(st.Mtim) == e.MTime
 }
 
 // keep records file id (entry e, p in DIR, attributes st), whose content

@@ -14,6 +14,7 @@ import (
 	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 	"github.com/tarmount/tarmount/internal/testutil/treecmp"
+	"golang.org/x/sys/unix"
 )
 
 // goTestdataCodecs are the forms each archive of Go's testdata is served
@@ -61,23 +62,75 @@ func TestGoTarTestdata(t *testing.T) {
 				t.Fatal(err)
 			}
 			ref, refBy := goTestdataRef(t, work, plain)
-			for _, c := range goTestdataCodecs {
-				ext := tarbuild.Spec{Codec: c.codec}.Ext()
-				t.Run(strings.TrimPrefix(ext, "."), func(t *testing.T) {
-					obj := plain
-					if c.tool != "" {
-						obj = filepath.Join(work, "a"+ext)
-						if err := tarbuild.Compress(plain, obj, c.codec); err != nil {
-							t.Fatal(err)
-						}
-					}
-					checkGoTestdata(t, obj, ref, refBy)
-				})
-			}
+			checkEveryCodec(t, work, plain, ref, refBy)
 		})
 	}
 	if n < 40 {
 		t.Fatalf("found %d archives in %s, want the 40 or more of Go's testdata", n, src)
+	}
+}
+
+// TestTimesBeyondNanoseconds: files dated past 2262, where int64
+// nanoseconds end (ext4 keeps times up to 2446), and before 1970, archived
+// by GNU tar (gnu and posix formats) and bsdtar (pax), in every codec,
+// extract and mount with the times GNU tar gives them.
+func TestTimesBeyondNanoseconds(t *testing.T) {
+	needFUSE(t)
+	for _, tool := range []string{"tar", "bsdtar", "gzip", "zstd", "lz4", "bzip2", "xz"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Missing(t, "%s is not installed", tool)
+		}
+	}
+	src := t.TempDir()
+	times := map[string]time.Time{
+		"y2400":   time.Date(2400, 1, 1, 0, 0, 0, 5e8, time.UTC),
+		"y2446":   time.Date(2446, 1, 1, 0, 0, 0, 123456789, time.UTC),
+		"d/y2263": time.Date(2263, 1, 1, 0, 0, 1, 0, time.UTC),
+		"y1901":   time.Unix(-1<<31, 0), // base-256 in the gnu format
+		"y2001":   time.Date(2001, 9, 9, 1, 46, 40, 0, time.UTC),
+	}
+	for name, when := range times {
+		p := filepath.Join(src, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Not os.Chtimes: it goes through int64 nanoseconds.
+		ts := unix.Timespec{Sec: when.Unix(), Nsec: int64(when.Nanosecond())}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{ts, ts}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(p); err != nil || !fi.ModTime().Equal(when) {
+			t.Fatalf("the test's filesystem does not keep %s's time %v: %v, %v", name, when, fi.ModTime(), err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		argv []string
+	}{
+		{"gnu", []string{"tar", "--format=gnu", "-cf"}},
+		{"posix", []string{"tar", "--format=posix", "-cf"}},
+		{"bsdtar-pax", []string{"bsdtar", "--format=pax", "-cf"}},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			work := t.TempDir()
+			plain := filepath.Join(work, "plain.tar")
+			if out, err := runIn(src, append(f.argv, plain, ".")...); err != nil {
+				t.Fatalf("%s: %v\n%s", strings.Join(f.argv, " "), err, out)
+			}
+			ref, refBy := goTestdataRef(t, work, plain)
+			if ref == "" {
+				t.Fatal("GNU tar and bsdtar both fail to extract it")
+			}
+			fi, err := os.Stat(filepath.Join(ref, "y2446"))
+			if err != nil || fi.ModTime().Year() != 2446 {
+				t.Fatalf("%s's y2446: %v, %v; want a time in 2446", refBy, fi, err)
+			}
+			checkEveryCodec(t, work, plain, ref, refBy)
+		})
 	}
 }
 
@@ -134,6 +187,24 @@ func runIn(dir string, argv ...string) (string, error) {
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// checkEveryCodec runs checkGoTestdata on plain in every codec, each
+// compressed into work.
+func checkEveryCodec(t *testing.T, work, plain, ref, refBy string) {
+	for _, c := range goTestdataCodecs {
+		ext := tarbuild.Spec{Codec: c.codec}.Ext()
+		t.Run(strings.TrimPrefix(ext, "."), func(t *testing.T) {
+			obj := plain
+			if c.tool != "" {
+				obj = filepath.Join(work, "a"+ext)
+				if err := tarbuild.Compress(plain, obj, c.codec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkGoTestdata(t, obj, ref, refBy)
+		})
+	}
 }
 
 // checkGoTestdata extracts obj and mounts it, and compares both trees with

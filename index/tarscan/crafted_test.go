@@ -123,7 +123,7 @@ func craftedCases() []craftedCase {
 		a.hdr(hb{Name: "v7dir0/", Typeflag: '0', Mode: 0o755, Layout: tarbuild.V7})
 		a.hdr(hb{Name: "v7hard", Typeflag: '1', Linkname: "v7file", Layout: tarbuild.V7})
 		add(craftedCase{name: "v7", data: a.end(), want: []Header{
-			H("v7file", TypeReg, 5, func(h *Header) { h.UID, h.GID, h.MTime = 7, 8, 1000e9 }),
+			H("v7file", TypeReg, 5, func(h *Header) { h.UID, h.GID, h.MTime = 7, 8, Time{Sec: 1000} }),
 			H("v7dir/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
 			H("v7dir0/", TypeDir, 0, func(h *Header) { h.Mode = 0o755 }),
 			H("v7hard", TypeLink, 0, func(h *Header) { h.Linkname = "v7file" }),
@@ -146,7 +146,7 @@ func craftedCases() []craftedCase {
 		}}.Bytes())
 		a.data(hello)
 		add(craftedCase{name: "octal with spaces and NULs", data: a.end(), want: []Header{
-			H("spaces", TypeReg, 5, func(h *Header) { h.UID, h.MTime = 0o12, 0o17*1e9 }),
+			H("spaces", TypeReg, 5, func(h *Header) { h.UID, h.MTime = 0o12, Time{Sec: 0o17} }),
 		}, content: []string{"hello"}})
 	}
 	{
@@ -159,8 +159,31 @@ func craftedCases() []craftedCase {
 		}}.Bytes())
 		a.data(hello)
 		add(craftedCase{name: "base-256", data: a.end(), want: []Header{
-			H("b256", TypeReg, 5, func(h *Header) { h.UID, h.MTime, h.Mode = 1<<40, -1234e9, 0o640 }),
+			H("b256", TypeReg, 5, func(h *Header) { h.UID, h.MTime, h.Mode = 1<<40, Time{Sec: -1234}, 0o640 }),
 		}, content: []string{"hello"}})
+	}
+	{
+		// Times past 2262, where int64 nanoseconds end: ext4 keeps them
+		// up to 2446 and GNU tar sets them.
+		const y2400, y2446 = 13569465600, 15023750400
+		a := &arch{}
+		a.Write(hb{Name: "future", Typeflag: '0', Mode: 0o644, Layout: tarbuild.GNU, Tweak: func(b []byte) {
+			tarbuild.PutBase256(b[136:148], y2400)
+			tarbuild.PutBase256(b[345:357], y2446)
+			tarbuild.PutBase256(b[357:369], math.MaxInt64)
+		}}.Bytes())
+		a.pax('x', "mtime=15023750400.123456789", "atime=-15023750400.5")
+		a.hdr(hb{Name: "paxfuture", Typeflag: '0', Layout: tarbuild.USTAR})
+		add(craftedCase{name: "times past 2262", data: a.end(), want: []Header{
+			H("future", TypeReg, 0, func(h *Header) {
+				h.MTime = Time{Sec: y2400}
+				h.ATime, h.HasATime, h.CTime, h.HasCTime = Time{Sec: y2446}, true, Time{Sec: math.MaxInt64}, true
+			}),
+			H("paxfuture", TypeReg, 0, func(h *Header) {
+				h.MTime = Time{Sec: y2446, Nsec: 123456789}
+				h.ATime, h.HasATime = Time{Sec: -y2446 - 1, Nsec: 500000000}, true
+			}),
+		}, content: []string{"", ""}})
 	}
 	for _, bad := range []struct {
 		name  string
@@ -193,14 +216,14 @@ func craftedCases() []craftedCase {
 		}}.Bytes())
 		a.data(hello)
 		add(craftedCase{name: "bad gnu atime ignored", data: a.end(), want: []Header{
-			H("bad-times", TypeReg, 5, func(h *Header) { h.CTime, h.HasCTime = 200e9, true }),
+			H("bad-times", TypeReg, 5, func(h *Header) { h.CTime, h.HasCTime = Time{Sec: 200}, true }),
 		}})
 	}
 	{
 		a := &arch{}
 		a.file(hb{Name: "name", Prefix: "star/prefix", Typeflag: '0', Layout: tarbuild.Star, Atime: 100, Ctime: 200}, hello)
 		add(craftedCase{name: "star", data: a.end(), want: []Header{
-			H("star/prefix/name", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = 100e9, true, 200e9, true }),
+			H("star/prefix/name", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = Time{Sec: 100}, true, Time{Sec: 200}, true }),
 		}})
 	}
 	{
@@ -208,7 +231,7 @@ func craftedCases() []craftedCase {
 		a.file(hb{Name: "gnutimes", Typeflag: '0', Layout: tarbuild.GNU, Atime: 100, Ctime: 200}, hello)
 		a.file(hb{Name: "ustarprefix", Prefix: "p", Typeflag: '0', Layout: tarbuild.USTAR}, hello)
 		add(craftedCase{name: "gnu times and ustar prefix", data: a.end(), want: []Header{
-			H("gnutimes", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = 100e9, true, 200e9, true }),
+			H("gnutimes", TypeReg, 5, func(h *Header) { h.ATime, h.HasATime, h.CTime, h.HasCTime = Time{Sec: 100}, true, Time{Sec: 200}, true }),
 			H("p/ustarprefix", TypeReg, 5),
 		}})
 	}
@@ -293,11 +316,11 @@ func craftedCases() []craftedCase {
 		add(craftedCase{name: "pax records", data: a.end(), want: []Header{
 			H("pax/name", TypeReg, 5, func(h *Header) {
 				h.Linkname, h.UID, h.GID, h.Uname, h.Gname = "pax/target", 123456789, 987654321, "paxuser", "paxgroup"
-				h.MTime, h.ATime, h.HasATime, h.CTime, h.HasCTime = 1700000000_500000000, -1_250000000, true, 12_123456789, true
+				h.MTime, h.ATime, h.HasATime, h.CTime, h.HasCTime = Time{1700000000, 500000000}, Time{-2, 750000000}, true, Time{12, 123456789}, true
 				h.Xattrs = []Xattr{{"user.a", "1"}, {"user.b=c", "hi"}, {"user.pad", "hi"}}
 				h.PAX = map[string]string{"comment": "hi", "hdrcharset": "BINARY"}
 			}),
-			H("emptyvalues", TypeReg, 0, func(h *Header) { h.Uname, h.MTime = "u", math.MaxInt64 }),
+			H("emptyvalues", TypeReg, 0, func(h *Header) { h.Uname, h.MTime = "u", Time{Sec: 99999999999999999} }),
 			H("solaris", TypeReg, 0),
 		}, content: []string{"hello", "", ""}})
 	}
@@ -334,16 +357,16 @@ func craftedCases() []craftedCase {
 		a.hdr(hb{Name: "four", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
 		add(craftedCase{name: "pax global", data: a.end(), want: []Header{
 			H("one", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs, h.PAX = "own", 42e9, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
+				h.Uname, h.MTime, h.Xattrs, h.PAX = "own", Time{Sec: 42}, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
 			}),
 			H("two", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs, h.PAX = "guser", 42e9, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
+				h.Uname, h.MTime, h.Xattrs, h.PAX = "guser", Time{Sec: 42}, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
 			}),
 			H("three", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs, h.PAX = "hdr", 42e9, []Xattr{{"user.g", "global"}, {"user.h", "more"}}, map[string]string{"comment": "changed"}
+				h.Uname, h.MTime, h.Xattrs, h.PAX = "hdr", Time{Sec: 42}, []Xattr{{"user.g", "global"}, {"user.h", "more"}}, map[string]string{"comment": "changed"}
 			}),
 			H("four", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs = "hdr", 42e9, []Xattr{{"user.g", "mine"}, {"user.h", "more"}}
+				h.Uname, h.MTime, h.Xattrs = "hdr", Time{Sec: 42}, []Xattr{{"user.g", "mine"}, {"user.h", "more"}}
 			}),
 		}})
 	}
@@ -404,18 +427,18 @@ func craftedCases() []craftedCase {
 		rec string
 		set func(h *Header)
 	}{
-		{"mtime=999xxx9324.432432444444", func(h *Header) { h.MTime = 999e9 }},
-		{"mtime=12.3e4", func(h *Header) { h.MTime = 12.3e9 }},
+		{"mtime=999xxx9324.432432444444", func(h *Header) { h.MTime = Time{Sec: 999} }},
+		{"mtime=12.3e4", func(h *Header) { h.MTime = Time{Sec: 12, Nsec: 300000000} }},
 		{"mtime=-", func(h *Header) {}},
 		{"mtime=x1", func(h *Header) {}},
-		{"atime=-5x", func(h *Header) { h.ATime, h.HasATime = -5e9, true }},
-		{"ctime=1.x", func(h *Header) { h.CTime, h.HasCTime = 1e9, true }},
+		{"atime=-5x", func(h *Header) { h.ATime, h.HasATime = Time{Sec: -5}, true }},
+		{"ctime=1.x", func(h *Header) { h.CTime, h.HasCTime = Time{Sec: 1}, true }},
 	} {
 		a := &arch{}
 		a.pax('x', bad.rec)
 		a.hdr(hb{Name: "t", Typeflag: '0', Layout: tarbuild.USTAR, Mtime: 7})
 		add(craftedCase{name: "pax time " + bad.rec, data: a.end(), want: []Header{
-			H("t", TypeReg, 0, func(h *Header) { h.MTime = 7e9; bad.set(h) }),
+			H("t", TypeReg, 0, func(h *Header) { h.MTime = Time{Sec: 7}; bad.set(h) }),
 		}})
 	}
 	{

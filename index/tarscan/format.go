@@ -267,9 +267,8 @@ func parseDecimal(b []byte) (int64, error) {
 	return x, nil
 }
 
-// parsePAXTime parses "[-]SECONDS[.FRACTION]" into nanoseconds since the
-// epoch, keeping 9 fraction digits and clamping to the int64 range.
-func parsePAXTime(b []byte) (int64, error) {
+// parsePAXTime parses "[-]SECONDS[.FRACTION]", keeping 9 fraction digits.
+func parsePAXTime(b []byte) (Time, error) {
 	neg := len(b) > 0 && b[0] == '-'
 	if neg {
 		b = b[1:]
@@ -277,12 +276,12 @@ func parsePAXTime(b []byte) (int64, error) {
 	secs, frac, _ := bytes.Cut(b, []byte("."))
 	sec, err := parseDecimal(secs)
 	if err != nil {
-		return 0, err
+		return Time{}, err
 	}
 	var ns int64
 	for i, c := range frac {
 		if c < '0' || c > '9' {
-			return 0, errSyntax
+			return Time{}, errSyntax
 		}
 		if i < maxFractionDigits {
 			ns = ns*10 + int64(c-'0')
@@ -291,25 +290,10 @@ func parsePAXTime(b []byte) (int64, error) {
 	for i := len(frac); i < maxFractionDigits; i++ {
 		ns *= 10
 	}
-	t := secondsToNanos(sec)
-	if t <= math.MaxInt64-ns {
-		t += ns
-	}
 	if neg {
-		return -t, nil
+		return Unix(-sec, -ns), nil
 	}
-	return t, nil
-}
-
-// secondsToNanos converts seconds to nanoseconds, clamped to int64.
-func secondsToNanos(sec int64) int64 {
-	switch {
-	case sec > math.MaxInt64/nanosPerSecond:
-		return math.MaxInt64
-	case sec < math.MinInt64/nanosPerSecond:
-		return math.MinInt64
-	}
-	return sec * nanosPerSecond
+	return Time{Sec: sec, Nsec: int32(ns)}, nil
 }
 
 // unescapeURL decodes the %XX escapes of a LIBARCHIVE.xattr name.

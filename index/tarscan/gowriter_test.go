@@ -102,12 +102,12 @@ func TestGoWriter(t *testing.T) {
 						t.Errorf("%s: content: got %q, want %q", want.Name, clip(c), clip(e.content))
 					}
 				}
-				wantMTime := want.ModTime.UnixNano()
+				wantMTime := FromTime(want.ModTime)
 				if f != tar.FormatPAX {
-					wantMTime = want.ModTime.Unix() * 1e9
+					wantMTime = Time{Sec: want.ModTime.Unix()}
 				}
 				if got.MTime != wantMTime {
-					t.Errorf("%s: MTime: got %d, want %d", want.Name, got.MTime, wantMTime)
+					t.Errorf("%s: MTime: got %v, want %v", want.Name, got.MTime, wantMTime)
 				}
 			}
 			checkTiling(t, hs, data)

@@ -190,14 +190,14 @@ func compareHeader(t *testing.T, got *Header, want *tar.Header, content, data []
 	check("GID", got.GID, int64(want.Gid))
 	check("Uname", got.Uname, want.Uname)
 	check("Gname", got.Gname, want.Gname)
-	check("MTime", got.MTime, want.ModTime.UnixNano())
+	check("MTime", got.MTime, FromTime(want.ModTime))
 	check("HasATime", got.HasATime, !want.AccessTime.IsZero())
 	if !want.AccessTime.IsZero() {
-		check("ATime", got.ATime, want.AccessTime.UnixNano())
+		check("ATime", got.ATime, FromTime(want.AccessTime))
 	}
 	check("HasCTime", got.HasCTime, !want.ChangeTime.IsZero())
 	if !want.ChangeTime.IsZero() {
-		check("CTime", got.CTime, want.ChangeTime.UnixNano())
+		check("CTime", got.CTime, FromTime(want.ChangeTime))
 	}
 	if wantType == TypeChar || wantType == TypeBlock {
 		check("Devmajor", got.Devmajor, want.Devmajor)

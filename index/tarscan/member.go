@@ -21,7 +21,7 @@ type paxState struct {
 	size, uid, gid      int64
 	hasSize, hasUID     bool
 	hasGID              bool
-	mtime, atime, ctime int64
+	mtime, atime, ctime Time
 	hasMTime, hasATime  bool
 	hasCTime            bool
 	devmajor, devminor  int64
@@ -89,7 +89,7 @@ func (s *Scanner) member(start, hdrOff int64) (*Header, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.MTime = secondsToNanos(mtime)
+	h.MTime = Time{Sec: mtime}
 
 	// Fields that only the ustar family has.
 	var prefix, uname, gname []byte
@@ -260,7 +260,7 @@ func (s *Scanner) member(start, hdrOff int64) (*Header, error) {
 func (s *Scanner) headerTimes(h *Header, at, ct int) {
 	for _, t := range []struct {
 		off int
-		v   *int64
+		v   *Time
 		has *bool
 	}{{at, &h.ATime, &h.HasATime}, {ct, &h.CTime, &h.HasCTime}} {
 		fld := s.blk[t.off : t.off+12]
@@ -268,7 +268,7 @@ func (s *Scanner) headerTimes(h *Header, at, ct int) {
 			continue
 		}
 		if v, ok := parseNumeric(fld); ok {
-			*t.v, *t.has = secondsToNanos(v), true
+			*t.v, *t.has = Time{Sec: v}, true
 		}
 	}
 }
@@ -431,9 +431,9 @@ func decimalField(v []byte) (int64, bool, error) {
 }
 
 // timeField parses a pax time value; empty unsets it.
-func timeField(v []byte) (int64, bool) {
+func timeField(v []byte) (Time, bool) {
 	if len(v) == 0 {
-		return 0, false
+		return Time{}, false
 	}
 	x, err := parsePAXTime(v)
 	if err != nil {
@@ -448,7 +448,7 @@ func timeField(v []byte) (int64, bool) {
 			n++
 		}
 		if n == digits {
-			return 0, false
+			return Time{}, false
 		}
 		if n+1 < len(v) && v[n] == '.' && v[n+1] >= '0' && v[n+1] <= '9' {
 			for n++; n < len(v) && v[n] >= '0' && v[n] <= '9'; n++ {

@@ -93,9 +93,8 @@ type Header struct {
 	// Size is the logical size: the real size of a sparse file, 0 for
 	// links, directories, devices and FIFOs.
 	Size int64
-	// Times are nanoseconds since the Unix epoch, clamped to the int64
-	// range. ATime and CTime are 0 unless HasATime and HasCTime.
-	MTime, ATime, CTime int64
+	// ATime and CTime are zero unless HasATime and HasCTime.
+	MTime, ATime, CTime Time
 	HasATime, HasCTime  bool
 	// Devmajor and Devminor are set for TypeChar and TypeBlock.
 	Devmajor, Devminor int64

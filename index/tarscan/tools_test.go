@@ -95,8 +95,8 @@ func checkTree(t *testing.T, tr tree, data []byte, hs []*Header, wantXattrs bool
 			t.Errorf("%s: not in the tree: %v", h.Name, err)
 			continue
 		}
-		if h.Typeflag != TypeLink && h.MTime/1e9 != fi.ModTime().Unix() {
-			t.Errorf("%s: MTime: got %d, want %d", h.Name, h.MTime/1e9, fi.ModTime().Unix())
+		if h.Typeflag != TypeLink && h.MTime.Sec != fi.ModTime().Unix() {
+			t.Errorf("%s: MTime: got %d, want %d", h.Name, h.MTime.Sec, fi.ModTime().Unix())
 		}
 		if h.Typeflag != TypeLink && h.Mode != int64(fi.Mode().Perm()) {
 			t.Errorf("%s: Mode: got %o, want %o", h.Name, h.Mode, fi.Mode().Perm())
