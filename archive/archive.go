@@ -232,6 +232,9 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 			a.useSidecar(*side, id)
 		}
 	}
+	if a.ix != nil {
+		a.ix.LogNotes(log) // as the pass that built it did
+	}
 	if a.ix != nil && a.ix.StreamOnly() {
 		if a.decoded = openDecoded(a.decodedPath(), a.ix.TarSize); a.decoded == nil {
 			// The index serves while the decode pass writes the

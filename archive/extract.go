@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -35,6 +36,22 @@ type ExtractSummary struct {
 	Decoded               int64 // bytes of tar decoded
 	Codec                 string
 	TarSize               int64
+	// Skipped is the number of members left out, as tar -x leaves them
+	// out (index.Note): the extraction then ends with ErrSkipped.
+	Skipped int
+}
+
+// ErrSkipped says that an extraction left out members that tar -x also
+// refuses (names with "..", hard links to nothing, ...), and finished
+// the rest: GNU tar and bsdtar exit with a failure status then too.
+var ErrSkipped = errors.New("archive members not extracted")
+
+// Err returns ErrSkipped, with the number, when members were left out.
+func (s *ExtractSummary) Err() error {
+	if s.Skipped == 0 {
+		return nil
+	}
+	return fmt.Errorf("extract into %s: %d %w (see the warnings above)", s.Dir, s.Skipped, ErrSkipped)
 }
 
 // Extract opens the archive at url and the extraction into dir, which
@@ -147,7 +164,7 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 	s := &ExtractSummary{
 		Dir: x.job.Dir(), OnePass: x.spans == nil, Elapsed: time.Since(x.start),
 		Files: x.prog.Files.Load(), Bytes: x.prog.Bytes.Load(), Entries: x.prog.Entries.Load(),
-		Decoded: x.prog.Decoded.Load(), Codec: ix.Codec.String(), TarSize: ix.TarSize,
+		Decoded: x.prog.Decoded.Load(), Codec: ix.Codec.String(), TarSize: ix.TarSize, Skipped: ix.Skipped(),
 	}
 	s.Fetched, s.Requests = a.Fetched()
 	if s.OnePass {

@@ -46,13 +46,14 @@ import (
 //	sparse       count, then offset, length
 //	member sums  count (0, or one per entry), then u64 LE each: the xxhash64 of a
 //	             regular file's data, 0 for none (digest.go)
+//	notes        count, then message, reason (raw), count, example (raw)
 const (
 	// Version 2 added codecs zstd, lz4, bzip2 and xz, their checkpoint
 	// kinds, checkpoint flags and the end of the compressed data.
 	// Version 3 added checkpoints at bzip2 and xz block starts.
 	// Version 4 added the member digests.
 	// Version 5 keeps times as seconds and nanoseconds, so that times
-	// past 2262 survive.
+	// past 2262 survive, and adds the notes.
 	formatVersion = 5
 	headerSize    = 32
 	sumSize       = sha256.Size
@@ -215,6 +216,13 @@ func (ix *Index) payload() []byte {
 	e.uvarint(uint64(len(ix.memberDigests)))
 	for _, d := range ix.memberDigests {
 		e.buf = binary.LittleEndian.AppendUint64(e.buf, d)
+	}
+	e.uvarint(uint64(len(ix.Notes)))
+	for _, n := range ix.Notes {
+		e.raw(n.Message)
+		e.raw(n.Reason)
+		e.uvarint(uint64(n.Count))
+		e.raw(n.Example)
 	}
 	return e.buf
 }
@@ -456,6 +464,18 @@ func decodePayload(p []byte) (*Index, error) {
 			if b := d.bytes("member digest", 8); b != nil {
 				ix.memberDigests[i] = binary.LittleEndian.Uint64(b)
 			}
+		}
+	}
+	if k := d.count("notes", 4); k > 0 {
+		if k > maxNotes {
+			d.fail("notes")
+		}
+		for i := 0; i < k && d.err == nil; i++ {
+			n := Note{Message: d.raw("note"), Reason: d.raw("note"), Count: int(d.bounded("note", math.MaxInt32)), Example: d.raw("note")}
+			if n.Message != noteSkipped && n.Message != noteRenamed {
+				d.fail("note")
+			}
+			ix.Notes = append(ix.Notes, n)
 		}
 	}
 	if d.err != nil {

@@ -69,6 +69,10 @@ type Index struct {
 	// to the next checkpoint (or TarSize).
 	Digests []uint64
 
+	// Notes are the members the index left out or renamed, one per
+	// kind, sorted (LogNotes).
+	Notes []Note
+
 	// memberDigests is the digest of each regular file's data, by
 	// EntryID (digest.go); nil when the pass recorded none.
 	memberDigests []uint64

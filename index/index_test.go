@@ -415,7 +415,9 @@ func goldenIndex() *Index {
 	b.add(headerFor("d/f", '0', 0o644, mtime, map[string]string{"user.a": "1"}))
 	b.add(headerFor("d/l", '2', 0o777, Time{Sec: 15023750400, Nsec: 5}, nil)) // 2446, past int64 nanoseconds
 	b.add(headerFor("d/h", '1', 0o644, mtime, nil))
+	b.add(headerFor("../escape", '0', 0o644, mtime, nil))
 	b.finish()
+	b.report()
 	ix.memberDigests = make([]uint64, ix.Len())
 	if id, ok := ix.LookupPath("d/f"); ok {
 		ix.memberDigests[id] = 0x0102030405060708

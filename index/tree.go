@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
@@ -25,7 +26,7 @@ type builder struct {
 	entries []bentry
 	names   map[dirName]EntryID // every live name -> entry
 	full    map[EntryID]bool    // directories that have children
-	skips   map[string]skipped
+	notes   map[noteKey]*Note
 	// newID maps entries to their ids in the finished index (noEntry for
 	// those it leaves out); set by finish.
 	newID []EntryID
@@ -44,10 +45,7 @@ type bentry struct {
 	sparse []SparseChunk
 }
 
-type skipped struct {
-	count   int
-	example string
-}
+type noteKey struct{ msg, reason string }
 
 func newBuilder(log *slog.Logger) *builder {
 	if log == nil {
@@ -58,32 +56,36 @@ func newBuilder(log *slog.Logger) *builder {
 		log:   log,
 		names: map[dirName]EntryID{},
 		full:  map[EntryID]bool{},
-		skips: map[string]skipped{},
+		notes: map[noteKey]*Note{},
 	}
 	b.entries = append(b.entries, bentry{Entry: Entry{Type: TypeDir, Mode: 0o755}})
 	return b
 }
 
-func (b *builder) skip(reason, name string) {
-	s := b.skips[reason]
-	if s.count == 0 {
-		s.example = name
+// skip notes a member left out of the tree, as tar -x leaves it out.
+func (b *builder) skip(reason, name string) { b.note(noteSkipped, reason, name) }
+
+// note counts one member of a kind; the first is the example.
+func (b *builder) note(msg, reason, name string) {
+	k := noteKey{msg, reason}
+	n := b.notes[k]
+	if n == nil {
+		n = &Note{Message: msg, Reason: reason, Example: name}
+		b.notes[k] = n
 	}
-	s.count++
-	b.skips[reason] = s
+	n.Count++
 }
 
-// report logs each kind of skipped member once.
+// report puts the notes in the index, and logs them.
 func (b *builder) report() {
-	reasons := make([]string, 0, len(b.skips))
-	for r := range b.skips {
-		reasons = append(reasons, r)
+	b.ix.Notes = b.ix.Notes[:0]
+	for _, n := range b.notes {
+		b.ix.Notes = append(b.ix.Notes, *n)
 	}
-	sort.Strings(reasons)
-	for _, r := range reasons {
-		s := b.skips[r]
-		b.log.Warn("skipped archive members", "reason", r, "count", s.count, "path", s.example)
-	}
+	slices.SortFunc(b.ix.Notes, func(x, y Note) int {
+		return cmp.Or(strings.Compare(x.Message, y.Message), strings.Compare(x.Reason, y.Reason))
+	})
+	b.ix.LogNotes(b.log)
 }
 
 // CleanName returns the path relative to the root where the index puts a
@@ -111,6 +113,29 @@ func cleanName(name string) ([]string, bool) {
 		}
 	}
 	return out, true
+}
+
+// gnuSuffix splits name as GNU tar's safer_name_suffix does: prefix is
+// everything up to its last ".." component and the slashes after it (or
+// just the leading slashes), rest the name tar -x uses.
+func gnuSuffix(name string) (rest, prefix string) {
+	start := 0
+	for i := 0; i < len(name); {
+		end := strings.IndexByte(name[i:], '/')
+		if end < 0 {
+			end = len(name)
+		} else {
+			end += i
+		}
+		if name[i:end] == ".." {
+			start = end
+		}
+		i = end + 1
+	}
+	for start < len(name) && name[start] == '/' {
+		start++
+	}
+	return name[start:], name[:start]
 }
 
 func clampID(v int64) uint32 {
@@ -181,6 +206,9 @@ func (b *builder) add(h *tarscan.Header) error {
 	if !ok {
 		b.skip("name contains ..", h.Name)
 		return nil
+	}
+	if _, prefix := gnuSuffix(h.Name); prefix != "" {
+		b.note(noteRenamed, "removing leading `"+prefix+"' from member names", h.Name)
 	}
 	if len(b.entries) >= maxEntries {
 		return errTooManyEntries
@@ -275,11 +303,13 @@ func (b *builder) lookup(parts []string) (EntryID, bool) {
 }
 
 func (b *builder) addLink(parts []string, h *tarscan.Header) error {
-	target, ok := cleanName(h.Linkname)
-	if !ok {
-		b.skip("hard link target contains ..", h.Name)
-		return nil
+	// As GNU tar, the target loses what leads up to its last ".."
+	// (never a way out of the tree).
+	rest, prefix := gnuSuffix(h.Linkname)
+	if prefix != "" {
+		b.note(noteRenamed, "removing leading `"+prefix+"' from hard link targets", h.Name)
 	}
+	target, _ := cleanName(rest)
 	id, ok := b.lookup(target)
 	if !ok {
 		b.skip("hard link to a missing member", h.Name)
@@ -448,4 +478,45 @@ func (b *builder) finish() error {
 	}
 	ix.strtab = string(st.data)
 	return nil
+}
+
+// Note is one kind of member that the index left out or renamed, as tar -x
+// does and warns of: how many there were, and the first.
+type Note struct {
+	// Message says what happened: noteSkipped or noteRenamed.
+	Message string
+	// Reason is why, in tar's words ("name contains ..", "removing
+	// leading `/' from member names").
+	Reason  string
+	Count   int
+	Example string
+}
+
+// Messages of Notes.
+const (
+	noteSkipped = "skipped archive members"
+	noteRenamed = "renamed archive members"
+)
+
+// maxNotes bounds the notes an index file may hold (one per kind).
+const maxNotes = 1 << 10
+
+// Skipped returns how many members the index left out of the tree.
+func (ix *Index) Skipped() int {
+	n := 0
+	for _, x := range ix.Notes {
+		if x.Message == noteSkipped {
+			n += x.Count
+		}
+	}
+	return n
+}
+
+// LogNotes logs each of the index's notes once, as a warning: a command
+// that opens an archive says what tar -x would warn of, whether its
+// index was built just now or long ago.
+func (ix *Index) LogNotes(log *slog.Logger) {
+	for _, n := range ix.Notes {
+		log.Warn(n.Message, "reason", n.Reason, "count", n.Count, "path", n.Example)
+	}
 }

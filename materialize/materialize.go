@@ -245,23 +245,11 @@ func (j *Job) report() {
 
 func (j *Job) warn(kind, path string, err error) { j.noteOnce(kind, path, err) }
 
-// Screen looks at a member as the archive stores it and notes what tar -x
-// would have to neutralize or refuse (the index applies the same rules).
-// Stage calls it; a caller that builds the index without staging may too.
+// Screen looks at a member as the archive stores it and notes what only
+// the job refuses: names the index renames or leaves out, it notes itself
+// (index.Note). Stage calls it; a caller that builds the index without
+// staging may too.
 func (j *Job) Screen(h *tarscan.Header) {
-	if strings.HasPrefix(h.Name, "/") {
-		j.noteOnce("absolute member names (leading / removed)", h.Name, nil)
-	}
-	if hasDotDot(h.Name) {
-		j.noteOnce("member names with .. (refused)", h.Name, nil)
-	}
-	if h.Typeflag == tarscan.TypeLink {
-		if hasDotDot(h.Linkname) {
-			j.noteOnce("hard links with .. in their target (refused)", h.Name, nil)
-		} else if strings.HasPrefix(h.Linkname, "/") {
-			j.noteOnce("hard links with an absolute target (taken relative to DIR)", h.Name, nil)
-		}
-	}
 	if first := firstComponent(h.Name); first == stateDirName {
 		j.noteOnce("members named "+stateDirName+" (reserved, refused)", h.Name, nil)
 	}
@@ -276,15 +264,6 @@ func firstComponent(p string) string {
 		}
 	}
 	return ""
-}
-
-func hasDotDot(p string) bool {
-	for _, c := range strings.Split(p, "/") {
-		if c == ".." {
-			return true
-		}
-	}
-	return false
 }
 
 // wfile is a regular file being written under a temporary name.

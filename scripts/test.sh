@@ -56,8 +56,19 @@ trap detach_leftovers EXIT
 
 go vet ./...
 
+# Tests run with -json through scripts/testsummary: the log shows what go
+# test shows (results, failures), then every skipped test with its reason,
+# so that each run says how many skipped (under CI=true a missing
+# prerequisite fails instead).
+summary="$(mktemp -d)/testsummary"
+go build -o "$summary" ./scripts/testsummary
+gotest() {
+	go test -json "$@" | "$summary"
+	return "${PIPESTATUS[0]}"
+}
+
 status=0
-go test -race -count=1 -timeout 40m "$@" ./... || status=$?
+gotest -race -count=1 -timeout 40m "$@" ./... || status=$?
 
 # The race detector multiplies memory use and time, so the memory budgets
 # (the budget test's, which skips itself under it, the stress load's peak
@@ -65,8 +76,8 @@ go test -race -count=1 -timeout 40m "$@" ./... || status=$?
 # hostile deep trees (which TestExtractHostile skips under it) run again
 # without it. Then every Go benchmark runs once, so that none rots.
 if [[ $# -eq 0 ]]; then
-	go test -count=1 -timeout 15m -run '^(TestMemoryBudget|TestStress|TestHostileArchives)$' ./tests || status=$?
-	go test -count=1 -timeout 10m -run '^TestExtractHostile$' ./materialize || status=$?
+	gotest -count=1 -timeout 15m -run '^(TestMemoryBudget|TestStress|TestHostileArchives)$' ./tests || status=$?
+	gotest -count=1 -timeout 10m -run '^TestExtractHostile$' ./materialize || status=$?
 	go test -count=1 -timeout 15m -run '^$' -bench . -benchtime=1x ./... || status=$?
 fi
 

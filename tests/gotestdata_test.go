@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,38 @@ func TestTimesBeyondNanoseconds(t *testing.T) {
 			checkEveryCodec(t, work, plain, ref, refBy)
 		})
 	}
+}
+
+// TestGNUHardLinkTargets: hard link targets lose what leads up to their
+// last ".." and their leading slashes, as GNU tar takes them, and link to
+// the member left; the tree is GNU tar's, in every codec.
+func TestGNUHardLinkTargets(t *testing.T) {
+	needFUSE(t)
+	for _, tool := range []string{"tar", "bsdtar", "gzip", "zstd", "lz4", "bzip2", "xz"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Missing(t, "%s is not installed", tool)
+		}
+	}
+	link := func(name, target string) tarbuild.Member {
+		return tarbuild.Member{Name: name, Type: tarbuild.TypeLink, Link: target}
+	}
+	work := t.TempDir()
+	plain := filepath.Join(work, "plain.tar")
+	data := tarbuild.Tar(tarbuild.Member{Name: "ok.txt", Body: "ok\n"}, tarbuild.Member{Name: "d/f.txt", Body: "f\n"},
+		link("up", "../ok.txt"), link("updown", "a/../../ok.txt"), link("abs", "/d/f.txt"),
+		link("inner", "d/../ok.txt"), link("dot", "./ok.txt"), link("d/deep", "x/y/../../../d/f.txt"))
+	if err := os.WriteFile(plain, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref, refBy := goTestdataRef(t, work, plain)
+	if refBy != "GNU tar" {
+		t.Fatalf("GNU tar fails on it (the tree to expect comes from %q)", refBy)
+	}
+	fi, err := os.Stat(filepath.Join(ref, "updown"))
+	if err != nil || fi.Sys().(*syscall.Stat_t).Nlink != 5 {
+		t.Fatalf("GNU tar's updown: %v, %v; want one of the five names of ok.txt", fi, err)
+	}
+	checkEveryCodec(t, work, plain, ref, refBy)
 }
 
 // goTestdataTar returns the plain tar of a testdata file: decoded from

@@ -75,7 +75,7 @@ func extractCmd(ctx context.Context, url, dir string, c *config, log *slog.Logge
 			mb(s.Fetched), s.Requests, rate(s.Fetched), mb(s.Decoded), s.Codec, rate(s.Decoded), rate(s.Bytes))
 	}
 	log.Debug("extracted", "elapsed", s.Elapsed, "fetched", s.Fetched, "tar_bytes", s.TarSize, "codec", s.Codec)
-	return nil
+	return s.Err()
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
