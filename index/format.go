@@ -472,7 +472,7 @@ func decodePayload(p []byte) (*Index, error) {
 		}
 		for i := 0; i < k && d.err == nil; i++ {
 			n := Note{Message: d.raw("note"), Reason: d.raw("note"), Count: int(d.bounded("note", math.MaxInt32)), Example: d.raw("note")}
-			if n.Message != noteSkipped && n.Message != noteRenamed {
+			if n.Message != noteSkipped && n.Message != noteRenamed && n.Message != noteIgnored {
 				d.fail("note")
 			}
 			ix.Notes = append(ix.Notes, n)

@@ -115,6 +115,14 @@ func cleanName(name string) ([]string, bool) {
 	return out, true
 }
 
+// gnuKeywords are the pax keywords GNU tar 1.34 knows (xheader.c) that
+// tarscan leaves in Header.PAX; it ignores any other with a warning.
+var gnuKeywords = map[string]bool{
+	"comment": true, "charset": true, "SCHILY.acl.access": true, "SCHILY.acl.default": true,
+	"RHT.security.selinux": true, "GNU.dumpdir": true, "GNU.volume.label": true,
+	"GNU.volume.filename": true, "GNU.volume.size": true, "GNU.volume.offset": true,
+}
+
 // gnuSuffix splits name as GNU tar's safer_name_suffix does: prefix is
 // everything up to its last ".." component and the slashes after it (or
 // just the leading slashes), rest the name tar -x uses.
@@ -202,6 +210,11 @@ func HeaderXattrs(h *tarscan.Header) []Xattr {
 }
 
 func (b *builder) add(h *tarscan.Header) error {
+	for k := range h.PAX {
+		if !gnuKeywords[k] && !strings.HasPrefix(k, "GNU.sparse.") {
+			b.note(noteIgnored, "ignoring unknown extended header keyword `"+k+"'", h.Name)
+		}
+	}
 	parts, ok := cleanName(h.Name)
 	if !ok {
 		b.skip("name contains ..", h.Name)
@@ -483,7 +496,8 @@ func (b *builder) finish() error {
 // Note is one kind of member that the index left out or renamed, as tar -x
 // does and warns of: how many there were, and the first.
 type Note struct {
-	// Message says what happened: noteSkipped or noteRenamed.
+	// Message says what happened: noteSkipped, noteRenamed or
+	// noteIgnored.
 	Message string
 	// Reason is why, in tar's words ("name contains ..", "removing
 	// leading `/' from member names").
@@ -496,6 +510,7 @@ type Note struct {
 const (
 	noteSkipped = "skipped archive members"
 	noteRenamed = "renamed archive members"
+	noteIgnored = "ignored archive records"
 )
 
 // maxNotes bounds the notes an index file may hold (one per kind).

@@ -1,0 +1,130 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tarmount/tarmount/internal/testutil"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
+)
+
+// TestGNUWarnings: what GNU tar 1.34 warns of when it extracts an archive
+// (unknown pax keywords, leading prefixes removed from names and hard
+// link targets, names with "..") tarmount says too, one line each, and
+// nothing GNU tar does not: in a one-pass extraction, in ls from the
+// saved index, and in a mount. GNU tar's words come from running it here.
+func TestGNUWarnings(t *testing.T) {
+	needFUSE(t)
+	if _, err := exec.LookPath("tar"); err != nil {
+		testutil.Missing(t, "GNU tar is not installed")
+	}
+	file := func(name string, pax ...string) tarbuild.Member {
+		return tarbuild.Member{Name: name, Body: name + "\n", PAX: pax}
+	}
+	link := func(name, target string) tarbuild.Member {
+		return tarbuild.Member{Name: name, Type: tarbuild.TypeLink, Link: target}
+	}
+	for _, tc := range []struct {
+		name    string
+		members []tarbuild.Member
+	}{
+		{"pax keywords", []tarbuild.Member{file("a", "GOLANG.pkg=tar", "comment=hi"), file("b", "hdrcharset=BINARY"),
+			file("c", "LIBARCHIVE.creationtime=1", "SCHILY.fflags=x", "SCHILY.acl.access=user::rw-"), file("d", "GOLANG.pkg=again")}},
+		{"leading prefixes", []tarbuild.Member{file("/abs"), file("//twice"), file("ok"), link("l1", "/ok"),
+			link("l2", "x/../../ok"), link("l3", "../ok")}},
+		{"dotdot names", []tarbuild.Member{file("ok"), file("../up"), file("a/../b"), file("c/..")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			work := t.TempDir()
+			plain := filepath.Join(work, "a.tar")
+			if err := os.WriteFile(plain, tarbuild.Tar(tc.members...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			gnuOut, _ := runIn(filepath.Join(work, "gnu"), "tar", "-xf", plain)
+			want := gnuWarnings(gnuOut)
+			if len(want) == 0 {
+				t.Fatalf("GNU tar warns of nothing:\n%s", gnuOut)
+			}
+			cache := filepath.Join(work, "cache")
+			r := runBinary(t, nil, false, "extract", plain, filepath.Join(work, "x"), "--cache-dir", cache, "--quiet")
+			checkWarnings(t, "extract", r.stderr, want)
+			r = runBinary(t, nil, false, "ls", plain, "--cache-dir", cache)
+			if strings.Contains(r.stderr, "msg=indexing") {
+				t.Errorf("ls did not use the saved index:\n%s", r.stderr)
+			}
+			checkWarnings(t, "ls from the saved index", r.stderr, want)
+			m := startMount(t, nil, t.TempDir(), plain, "--cache-dir", filepath.Join(work, "mcache"), "--wait-index")
+			if err := m.waitReady(time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			checkWarnings(t, "mount", m.stderr.String(), want)
+		})
+	}
+}
+
+var (
+	gnuKeyword = regexp.MustCompile("^tar: Ignoring unknown extended header keyword '(.*)'$")
+	gnuPrefix  = regexp.MustCompile("^tar: Removing leading `(.*)' from (member names|hard link targets)$")
+	gnuDotDot  = regexp.MustCompile("^tar: .*: Member name contains '..'$")
+)
+
+// gnuWarnings returns GNU tar's warnings in tarmount's words: a "Removing
+// leading" line for a name with ".." goes with its "Member name contains
+// '..'" line, which tarmount says as one skipped member.
+func gnuWarnings(out string) []string {
+	var ws []string
+	dotdot := 0
+	for l := range strings.SplitSeq(out, "\n") {
+		switch {
+		case gnuKeyword.MatchString(l):
+			ws = append(ws, "ignoring unknown extended header keyword `"+gnuKeyword.FindStringSubmatch(l)[1]+"'")
+		case gnuPrefix.MatchString(l):
+			m := gnuPrefix.FindStringSubmatch(l)
+			if m[2] == "member names" && strings.Contains(m[1], "..") {
+				continue
+			}
+			ws = append(ws, "removing leading `"+m[1]+"' from "+m[2])
+		case gnuDotDot.MatchString(l):
+			dotdot++
+		}
+	}
+	if dotdot > 0 {
+		ws = append(ws, `reason="name contains .." count=`+strconv.Itoa(dotdot))
+	}
+	slices.Sort(ws)
+	return slices.Compact(ws)
+}
+
+// checkWarnings checks that stderr has a line for each of want, and no
+// warning of a member beyond them.
+func checkWarnings(t *testing.T, what, stderr string, want []string) {
+	t.Helper()
+	var notes []string
+	for l := range strings.SplitSeq(stderr, "\n") {
+		if strings.Contains(l, "level=WARN") && (strings.Contains(l, "archive members") || strings.Contains(l, "archive records")) {
+			notes = append(notes, l)
+		}
+	}
+	for _, w := range want {
+		n := 0
+		for _, l := range notes {
+			if strings.Contains(l, w) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s: %d lines say %q, want 1; its warnings:\n%s", what, n, w, strings.Join(notes, "\n"))
+		}
+	}
+	if len(notes) != len(want) {
+		t.Errorf("%s: got %d warnings of members, want %d (GNU tar's):\n%s\nwant %q", what, len(notes), len(want), strings.Join(notes, "\n"), want)
+	}
+}
