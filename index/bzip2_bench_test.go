@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/internal/testutil"
 
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
@@ -39,7 +40,7 @@ func (discardAt) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
 
 func bzip2Bench(b *testing.B) ([]byte, int64) {
 	if _, err := exec.LookPath("bzip2"); err != nil && os.Getenv("TARMOUNT_BENCH_BZ2") == "" {
-		b.Skip("bzip2 not installed")
+		testutil.Missing(b, "bzip2 is not installed")
 	}
 	comp, err := bzip2BenchInput()
 	if err != nil {
@@ -91,7 +92,7 @@ func BenchmarkBzip2Span(b *testing.B) {
 		b.Fatal(err)
 	}
 	if ix.StreamOnly() {
-		b.Skip("stream-only")
+		b.Fatal("the archive is stream-only: it has no span to decode")
 	}
 	i := len(ix.Checkpoints) / 2
 	start, end := ix.SpanBounds(i)

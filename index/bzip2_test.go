@@ -100,7 +100,7 @@ func TestBzip2CorruptSpan(t *testing.T) {
 			obj := tc.make(t, raw)
 			ix := build(t, obj, 1)
 			if len(ix.Checkpoints) < 3 {
-				t.Skipf("%d checkpoints", len(ix.Checkpoints))
+				t.Fatalf("%d checkpoints, want 3 or more (three blocks)", len(ix.Checkpoints))
 			}
 			k := len(ix.Checkpoints) / 2
 			lo, hi := int64(ix.Checkpoints[k].In), int64(ix.Checkpoints[k+1].In)

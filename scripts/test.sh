@@ -78,7 +78,7 @@ gotest -race -count=1 -timeout 40m "$@" ./... || status=$?
 if [[ $# -eq 0 ]]; then
 	gotest -count=1 -timeout 15m -run '^(TestMemoryBudget|TestStress|TestHostileArchives)$' ./tests || status=$?
 	gotest -count=1 -timeout 10m -run '^TestExtractHostile$' ./materialize || status=$?
-	go test -count=1 -timeout 15m -run '^$' -bench . -benchtime=1x ./... || status=$?
+	gotest -count=1 -timeout 15m -run '^$' -bench . -benchtime=1x ./... || status=$?
 fi
 
 # A short fuzzing run of the decoders that read hostile input (their seed

@@ -1,6 +1,7 @@
 // Command testsummary reads `go test -json` on stdin and writes what a
-// plain `go test` run shows (each package's result, and the output of
-// failed tests and of whatever ran outside a test), then every skipped
+// plain `go test` run shows (each package's result, benchmark results,
+// and the output of failed tests and of whatever ran outside a test),
+// then every skipped
 // test with its reason, so that a CI log says how many tests skipped and
 // why. It exits 0: the caller takes the status from go test.
 //
@@ -61,6 +62,10 @@ func summarize(r io.Reader, w io.Writer) ([]skip, error) {
 				if !strings.HasPrefix(e.Output, "=== ") && e.Output != "PASS\n" && e.Output != "FAIL\n" {
 					fmt.Fprint(w, e.Output)
 				}
+				continue
+			}
+			if strings.HasPrefix(e.Test, "Benchmark") && strings.Contains(e.Output, "\t") {
+				fmt.Fprint(w, e.Output) // a result line
 				continue
 			}
 			out[key] = append(out[key], e.Output)

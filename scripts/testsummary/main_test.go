@@ -19,6 +19,8 @@ func TestSummarize(t *testing.T) {
 		`{"Action":"output","Package":"p","Test":"TestSkip/sub","Output":"    skip_test.go:3: no /dev/fuse\n"}`,
 		`{"Action":"output","Package":"p","Test":"TestSkip/sub","Output":"--- SKIP: TestSkip/sub (0.00s)\n"}`,
 		`{"Action":"skip","Package":"p","Test":"TestSkip/sub"}`,
+		`{"Action":"output","Package":"p","Test":"BenchmarkX","Output":"BenchmarkX\n"}`,
+		`{"Action":"output","Package":"p","Test":"BenchmarkX","Output":"BenchmarkX-2   \t       1\t 17 ns/op\n"}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\n"}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\tp\t0.1s\n"}`,
 		`{"Action":"skip","Package":"q"}`,
@@ -29,7 +31,7 @@ func TestSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "    bad_test.go:9: got 1, want 2\n--- FAIL: TestBad (0.00s)\nFAIL\tp\t0.1s\n# p [p.test]\n"
+	want := "    bad_test.go:9: got 1, want 2\n--- FAIL: TestBad (0.00s)\nBenchmarkX-2   \t       1\t 17 ns/op\nFAIL\tp\t0.1s\n# p [p.test]\n"
 	if out.String() != want {
 		t.Errorf("output:\n got %q\nwant %q", out.String(), want)
 	}
