@@ -16,6 +16,7 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/internal/atomicfile"
 	"github.com/tarmount/tarmount/internal/xattr"
 )
 
@@ -63,7 +64,7 @@ func Pack(ctx context.Context, src, out string, level int, opts Options) (*index
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(out), ".tmp-*.tar.zst")
+	f, err := atomicfile.CreateTemp(filepath.Dir(out), ".tmp-*.tar.zst")
 	if err != nil {
 		return nil, err
 	}

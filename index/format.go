@@ -14,6 +14,7 @@ import (
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/inflate"
+	"github.com/tarmount/tarmount/internal/atomicfile"
 )
 
 // The index file:
@@ -561,7 +562,7 @@ func SaveFile(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*.idx")
+	f, err := atomicfile.CreateTemp(filepath.Dir(path), ".tmp-*.idx")
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ if [[ -n "${TARMOUNT_BIN:-}" ]]; then
 	BIN="$(cd "$(dirname "$TARMOUNT_BIN")" && pwd)/$(basename "$TARMOUNT_BIN")"
 	[[ -x "$BIN" ]] || die "TARMOUNT_BIN=$TARMOUNT_BIN is not executable"
 else
-	go build -o "$BIN" ./cmd/tarmount || die "go build ./cmd/tarmount"
+	go build -buildvcs=auto -o "$BIN" ./cmd/tarmount || die "go build ./cmd/tarmount"
 fi
 go build -o "$SERVER_BIN" ./scripts/httpserve || die "go build ./scripts/httpserve"
 

@@ -125,8 +125,12 @@ func TestDaemon(t *testing.T) {
 		}
 	})
 
-	out, err := exec.Command(binary, f.url, mnt, "--daemon", "--log-file", logFile, "--mount-name", testMountName,
-		"--cache-dir", filepath.Join(f.work, "cache")).CombinedOutput()
+	cmd := exec.Command(binary, f.url, mnt, "--daemon", "--log-file", logFile, "--mount-name", testMountName,
+		"--cache-dir", filepath.Join(f.work, "cache"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	out := append(stdout.Bytes(), stderr.Bytes()...)
 	if err != nil {
 		log, _ := os.ReadFile(logFile)
 		t.Fatalf("--daemon: %v\n%s\nserver log:\n%s", err, out, log)
@@ -138,6 +142,10 @@ func TestDaemon(t *testing.T) {
 	ref := f.extracted(t)
 	treecmp.Compare(t, ref, mnt, treecmp.Options{MaxErrors: 20})
 	pid := serverPID(t, out)
+	// Only the pid on stdout: PID=$(tarmount URL MNT --daemon).
+	if got := stdout.String(); got != strconv.Itoa(pid)+"\n" {
+		t.Errorf("stdout: got %q, want the server's pid %d alone", got, pid)
+	}
 	if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), "msg=ready") {
 		t.Errorf("the server log has no ready line:\n%s", log)
 	}
@@ -151,7 +159,7 @@ func TestDaemon(t *testing.T) {
 	}
 
 	// A mount that fails: the reason reaches the caller.
-	cmd := exec.Command(binary, f.base+"/missing.tar.gz", mnt, "--daemon", "--mount-name", testMountName,
+	cmd = exec.Command(binary, f.base+"/missing.tar.gz", mnt, "--daemon", "--mount-name", testMountName,
 		"--cache-dir", filepath.Join(f.work, "cache"))
 	out, err = cmd.CombinedOutput()
 	if err == nil {

@@ -134,9 +134,9 @@ func (r *readiness) close() {
 
 // daemonize starts this program again with the same arguments as the
 // server of the mount, in a new session with its output in logFile (or
-// discarded), and returns once the mount answers, or with the error that
-// stopped it.
-func daemonize(args []string, logFile string, stderr io.Writer) error {
+// discarded), and returns once the mount answers, with the server's pid
+// on stdout, or with the error that stopped it.
+func daemonize(args []string, logFile string, stdout, stderr io.Writer) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -170,6 +170,8 @@ func daemonize(args []string, logFile string, stderr io.Writer) error {
 		if where == "" {
 			where = logWhere()
 		}
+		// The pid on stdout, for PID=$(tarmount ... --daemon).
+		fmt.Fprintf(stdout, "%d\n", cmd.Process.Pid)
 		fmt.Fprintf(stderr, "tarmount: mounted (server pid %d; its log: %s)\n", cmd.Process.Pid, where)
 		cmd.Process.Release()
 		return nil

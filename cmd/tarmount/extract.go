@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,10 +9,10 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/tarmount/tarmount/archive"
-	"github.com/tarmount/tarmount/materialize"
 )
 
 // materializeFlags are the flags of extract and of the mount's
@@ -27,13 +26,35 @@ type materializeFlags struct {
 	sync      bool
 }
 
-func (m *materializeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.dir, "materialize", "", "mount: also write the whole tree to this directory in the background, and serve files from it once complete")
-	fs.IntVar(&m.writers, "write-workers", 0, fmt.Sprintf("files written at once by extract and --materialize (default %d here)", materialize.DefaultWriters()))
-	fs.IntVar(&m.decoders, "decode-workers", 0, fmt.Sprintf("spans fetched and decoded at once by extract and --materialize (default %d here)", materialize.DefaultDecoders()))
-	fs.BoolVar(&m.overwrite, "overwrite", false, "replace what a non-empty directory that tarmount did not make holds: write the archive's tree and remove what the archive lacks")
-	fs.BoolVar(&m.sync, "fsync", false, "make the extracted tree durable (syncfs) before marking it complete, so that the mark holds after a power failure")
-	fs.BoolVar(&m.quiet, "quiet", false, "extract: no progress bar or progress lines, only errors")
+func newExtractCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "extract [flags] URL DIR",
+		Short:   "Write the whole tree to DIR, as fast as the machine allows (resumes if interrupted)",
+		GroupID: "archive",
+		Long: `Write the whole tree of the archive into DIR, as tar -x -p --numeric-owner
+--xattrs would, as fast as the machine allows: spans decoded in parallel
+when an index exists, else one streamed pass that also saves the index. An
+interrupted extract resumes. A DIR that tarmount made from another version
+of the archive is upgraded in place: unchanged files are kept untouched,
+changed ones replaced atomically, and what the new version lacks removed. A
+non-empty DIR that tarmount did not make is refused unless --overwrite,
+which also removes what the archive lacks. Members that tar -x refuses
+(names with "..") are left out with a warning, and the exit status is then 1.
+Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: extract URL:
+interrupted", exit 130 or 143.`,
+		Example: `  tarmount extract https://example.com/runtime.tar.gz /local/runtime
+  tarmount extract s3://bucket/runtime.tar.lz4 /local/runtime --write-workers 16
+  tarmount extract ./runtime.tar.zst /local/runtime --quiet --fsync`,
+		Args: exactArgs(2, "URL and DIR"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return extractCmd(a.ctx, args[0], args[1], &a.c, a.log, a.stderr)
+		},
+	}
+	fs := cmd.Flags()
+	addMaterializeFlags(fs, &a.c.mat)
+	fs.BoolVarP(&a.c.mat.quiet, "quiet", "q", false, "no progress bar or progress lines, only warnings and errors")
+	addSourceFlags(fs, &a.c)
+	return cmd
 }
 
 // options are the flags as archive's MaterializeOptions.

@@ -3,10 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tarmount/tarmount/archive"
 )
@@ -23,15 +24,6 @@ type inspectFlags struct {
 	dir  string // get -C DIR
 }
 
-func (f *inspectFlags) register(fs interface {
-	BoolVar(*bool, string, bool, string)
-	StringVar(*string, string, string, string)
-}) {
-	fs.BoolVar(&f.json, "json", false, "ls, stat: one JSON object per entry (path, type, size, mode, uid, gid, uname, gname, mtime, link, offset, ...)")
-	fs.BoolVar(&f.long, "l", false, "ls: long listing, like tar -tv")
-	fs.StringVar(&f.dir, "C", ".", "get: directory to write the members into")
-}
-
 // listFormat is the ls format the flags ask for.
 func (f *inspectFlags) listFormat() archive.ListFormat {
 	switch {
@@ -43,20 +35,81 @@ func (f *inspectFlags) listFormat() archive.ListFormat {
 	return archive.ListNames
 }
 
-// inspectUsage is the usage of each inspection command.
-var inspectUsage = map[string]string{
-	"ls":   "usage: tarmount ls [-l] [--json] URL [PATH...]",
-	"stat": "usage: tarmount stat [--json] URL PATH...",
-	"cat":  "usage: tarmount cat URL PATH...",
-	"get":  "usage: tarmount get URL PATH... [-C DIR]",
+func newLsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "ls [flags] URL [PATH...]",
+		Short:   "List the archive (-l like tar -tv; --json: one object per line)",
+		GroupID: "archive",
+		Long: `List the archive without mounting it (the saved index if there is one, else
+one pass that saves it): names, -l like tar -tv, --json one object per line.`,
+		Example: `  tarmount ls https://example.com/runtime.tar.gz go/bin
+  tarmount ls -l s3://bucket/runtime.tar.gz
+  tarmount ls --json https://example.com/runtime.tar.gz | jq -r 'select(.size > 1e6) | .path'`,
+		Args: minArgs(1, "URL [PATH...]"),
+		RunE: a.inspect("ls"),
+	}
+	cmd.Flags().BoolVarP(&a.c.inspect.long, "long", "l", false, "long listing, like tar -tv")
+	cmd.Flags().BoolVar(&a.c.inspect.json, "json", false, "one JSON object per entry (path, type, size, mode, uid, gid, uname, gname, mtime, link, offset, ...)")
+	addSourceFlags(cmd.Flags(), &a.c)
+	return cmd
+}
+
+func newStatCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "stat [flags] URL PATH...",
+		Short:   "What the archive says of PATH",
+		GroupID: "archive",
+		Long: `What the archive says of each PATH (type, size, mode, owner, times, link,
+xattrs), without mounting it.`,
+		Example: "  tarmount stat --json https://example.com/runtime.tar.gz go/VERSION",
+		Args:    minArgs(2, "URL and PATH..."),
+		RunE:    a.inspect("stat"),
+	}
+	cmd.Flags().BoolVar(&a.c.inspect.json, "json", false, "one JSON object per PATH, as ls --json writes it")
+	addSourceFlags(cmd.Flags(), &a.c)
+	return cmd
+}
+
+func newCatCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "cat [flags] URL PATH...",
+		Short:   "Write members to stdout (fetches only their spans)",
+		GroupID: "archive",
+		Long:    "Write members to standard output, fetching only the spans that hold them.",
+		Example: "  tarmount cat https://example.com/runtime.tar.gz go/VERSION",
+		Args:    minArgs(2, "URL and PATH..."),
+		RunE:    a.inspect("cat"),
+	}
+	addSourceFlags(cmd.Flags(), &a.c)
+	return cmd
+}
+
+func newGetCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "get [flags] URL PATH... -C DIR",
+		Short:   "Write members (directories with their contents) under DIR",
+		GroupID: "archive",
+		Long: `Write members (directories with what they hold) under DIR, fetching only
+their spans; never outside DIR.`,
+		Example: "  tarmount get https://example.com/runtime.tar.gz go/bin go/VERSION -C ./out",
+		Args:    minArgs(2, "URL and PATH..."),
+		RunE:    a.inspect("get"),
+	}
+	cmd.Flags().StringVarP(&a.c.inspect.dir, "directory", "C", ".", "directory to write the members into")
+	addSourceFlags(cmd.Flags(), &a.c)
+	return cmd
+}
+
+// inspect runs ls, stat, cat or get.
+func (a *app) inspect(name string) func(*cobra.Command, []string) error {
+	return func(_ *cobra.Command, args []string) error {
+		return inspectCmd(a.ctx, name, args, &a.c, a.log, a.stdout)
+	}
 }
 
 // inspectCmd runs ls, stat, cat or get (cmd) with the positional
 // arguments pos: URL, then paths in the archive.
 func inspectCmd(ctx context.Context, cmd string, pos []string, c *config, log *slog.Logger, stdout io.Writer) error {
-	if len(pos) < 1 || (cmd != "ls" && len(pos) < 2) {
-		return errors.New(inspectUsage[cmd])
-	}
 	a, err := archive.OpenIndexed(ctx, pos[0], c.ao)
 	if err != nil {
 		return err

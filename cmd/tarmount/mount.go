@@ -11,37 +11,73 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/spf13/cobra"
 
 	"github.com/tarmount/tarmount/archive"
 	tfs "github.com/tarmount/tarmount/fs"
 )
 
-// indexCmd builds the index of the archive at url, saves it in the cache
-// and, when output is not "", also there; with --publish, also beside the
-// archive.
-func indexCmd(ctx context.Context, url, output string, c *config, log *slog.Logger) error {
-	ao := c.ao
-	ao.Rebuild = true
-	a, err := archive.OpenIndexed(ctx, url, ao)
+// mountLong is the help of a mount, the root's own job.
+const mountLong = `A mount stays in the foreground until it is unmounted (tarmount unmount,
+umount) or signalled (Ctrl-C unmounts), or serves from the background with
+--daemon, which prints the server's pid on stdout. With --materialize DIR it
+also writes the whole tree to DIR in the background and serves each file
+from DIR once it is there; DIR must lie outside MOUNTPOINT (symbolic links
+resolved).
+
+Through mount(8) and /etc/fstab, every flag is a mount option, name=value:
+  mount -t fuse.tarmount URL MNT -o ro,allow_other,materialize=/dir
+  URL  MNT  fuse.tarmount  ro,allow_other,materialize=/dir,nofail  0  0`
+
+const mountExample = `  tarmount https://example.com/runtime.tar.gz /mnt/runtime
+  tarmount ./runtime.tar /mnt/runtime -o allow_other
+  tarmount s3://bucket/runtime.tar.gz /mnt/runtime --endpoint-url http://127.0.0.1:7070
+  tarmount s3://bucket/runtime.tar.gz /mnt/runtime --materialize /local/runtime --daemon
+  tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz.tarmount-index`
+
+// newMountCmd is `tarmount mount URL MOUNTPOINT`, the same as the root's
+// `tarmount URL MOUNTPOINT`.
+func newMountCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "mount [flags] URL MOUNTPOINT",
+		Short:   "Mount the archive read-only (the same as tarmount URL MOUNTPOINT)",
+		GroupID: "archive",
+		Long:    mountLong,
+		Example: mountExample,
+		Args:    exactArgs(2, "URL and MOUNTPOINT"),
+		RunE:    a.runMount,
+	}
+	addSourceFlags(cmd.Flags(), &a.c)
+	addMountFlags(cmd.Flags(), &a.c)
+	return cmd
+}
+
+// runMount mounts args[0] on args[1]; with no arguments it shows the help.
+func (a *app) runMount(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	c := &a.c
+	if err := c.applyMountOptions(cmd.Flags()); err != nil {
+		return &usageError{cmd: cmd, err: err}
+	}
+	if launchedByMount() {
+		// mount(8) waits for its helper to exit: serve in the
+		// background unless told otherwise.
+		c.daemon = true
+	}
+	if c.daemon && !c.foreground && os.Getenv(readyFDEnv) == "" {
+		// The server is this program again, with the same arguments,
+		// told by readyFDEnv that it is the server.
+		return daemonize(a.args, c.logFile, a.stdout, a.stderr)
+	}
+	ready := openReadiness()
+	defer ready.close()
+	err := mount(a.ctx, a.stop, args[0], args[1], c, a.log, ready)
 	if err != nil {
-		return err
+		ready.failed(err)
 	}
-	defer a.Close()
-	if output != "" {
-		if err := a.Index().Save(output); err != nil {
-			return err
-		}
-		log.Info("index written", "path", output)
-	}
-	if c.publish {
-		to, err := a.Publish(ctx)
-		if err != nil {
-			return fmt.Errorf("publish the index of %s: %w", a, err)
-		}
-		log.Info("index published", "path", to)
-	}
-	return nil
+	return err
 }
 
 // memoryReserve is the heap a mount may hold beyond its caches: FUSE
@@ -218,40 +254,5 @@ func resolvePath(p string) (string, error) {
 		}
 		rest = filepath.Join(filepath.Base(p), rest)
 		p = parent
-	}
-}
-
-func unmount(mountpoint string, log *slog.Logger) error {
-	dead := deadMount(mountpoint)
-	err := tfs.Unmount(mountpoint)
-	switch {
-	case errors.Is(err, tfs.ErrBusy) && dead:
-		log.Warn("dead mount (its server is gone) in use: detached lazily; it goes away when the last file is closed", "path", mountpoint)
-		return nil
-	case errors.Is(err, tfs.ErrBusy):
-		log.Warn("mount busy: detached lazily; it goes away when the last file is closed", "path", mountpoint)
-		return nil
-	case err == nil && dead:
-		log.Info("cleared a dead mount (its server was gone)", "path", mountpoint)
-	}
-	return err
-}
-
-// deadMount reports whether the mount at mountpoint has lost its server:
-// statfs, which the kernel never answers from its caches, fails with
-// ENOTCONN. A server that does not answer within a second is taken for
-// alive; the statfs is then left to return on its own, as the command
-// goes on to unmount and exit.
-func deadMount(mountpoint string) bool {
-	done := make(chan error, 1)
-	go func() {
-		var st unix.Statfs_t
-		done <- unix.Statfs(mountpoint, &st)
-	}()
-	select {
-	case err := <-done:
-		return errors.Is(err, unix.ENOTCONN)
-	case <-time.After(time.Second):
-		return false
 	}
 }

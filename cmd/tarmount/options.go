@@ -1,11 +1,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // Mount options: `tarmount URL MNT -o ro,allow_other,materialize=/dir`,
@@ -24,6 +25,8 @@ import (
 type optionsFlag string
 
 func (o *optionsFlag) String() string { return string(*o) }
+
+func (o *optionsFlag) Type() string { return "options" }
 
 func (o *optionsFlag) Set(v string) error {
 	if *o != "" && v != "" {
@@ -45,7 +48,7 @@ var ignoredMountOptions = map[string]bool{
 // applyMountOptions applies the mount options in c.options: FUSE options,
 // options that mount(8) passes along (ignored), and any flag of fs as
 // name or name=value, with '_' or '-' between words.
-func (c *config) applyMountOptions(fs *flag.FlagSet) error {
+func (c *config) applyMountOptions(fs *pflag.FlagSet) error {
 	for _, o := range strings.Split(c.options, ",") {
 		o = strings.TrimSpace(o)
 		name, value, hasValue := strings.Cut(o, "=")
@@ -58,11 +61,11 @@ func (c *config) applyMountOptions(fs *flag.FlagSet) error {
 		case ignoredMountOptions[o], strings.HasPrefix(o, "x-"), strings.HasPrefix(o, "comment="):
 		default:
 			f := fs.Lookup(strings.ReplaceAll(name, "_", "-"))
-			if f == nil || f.Name == "o" {
+			if f == nil || f.Value.Type() == "options" {
 				return fmt.Errorf("unknown mount option %q (known: allow_other, debug, ro, and every flag as name=value, e.g. materialize=/dir)", o)
 			}
 			if !hasValue {
-				if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				if f.Value.Type() != "bool" {
 					return fmt.Errorf("mount option %q needs a value: %s=...", name, name)
 				}
 				value = "true"

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/archive"
@@ -72,6 +73,23 @@ func readStatus(path string) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("status of %s: %w", path, err)
 	}
+}
+
+func newStatusCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "status [--json] MOUNTPOINT",
+		Short:   "How a running mount is doing: source, index, fetches, caches, materialization",
+		GroupID: "mount",
+		Long: `What a running mount is doing: its source, index, bytes fetched, caches and
+materialization progress. --json prints the same as one JSON object. A
+mount with --metrics-addr also serves them to Prometheus.`,
+		Example: `  tarmount status /mnt/runtime
+  tarmount status --json /mnt/runtime | jq .materialize`,
+		Args: exactArgs(1, "MOUNTPOINT"),
+		RunE: func(_ *cobra.Command, args []string) error { return statusCmd(args[0], a.c.inspect.json, a.stdout) },
+	}
+	cmd.Flags().BoolVar(&a.c.inspect.json, "json", false, "the status as one JSON object")
+	return cmd
 }
 
 // statusCmd prints the status of the mount at path: the server's JSON

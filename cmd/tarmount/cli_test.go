@@ -1,0 +1,463 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/cli from the commands")
+
+// runCLI runs a command line as main does.
+func runCLI(args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = execute(args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// parseCLI parses a command line as execute does, without running it: the
+// command it names, its flags (in the app's config) and its positional
+// arguments, checked.
+func parseCLI(args ...string) (*app, *cobra.Command, []string, error) {
+	a := &app{stdout: io.Discard, stderr: io.Discard}
+	root := newRoot(a)
+	args = longFlags(root, args)
+	c, rest, err := root.Find(args)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c.InitDefaultHelpFlag()
+	c.InitDefaultVersionFlag()
+	if err := c.ParseFlags(rest); err != nil {
+		return nil, nil, nil, err
+	}
+	pos := c.Flags().Args()
+	if h := c.Flags().Lookup("help"); h != nil && h.Changed {
+		return a, c, pos, nil
+	}
+	if err := c.ValidateArgs(pos); err != nil {
+		return nil, nil, nil, err
+	}
+	if c.Name() == "tarmount" || c.Name() == "mount" {
+		if err := a.c.applyMountOptions(c.Flags()); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return a, c, pos, nil
+}
+
+var commands = []string{"mount", "extract", "index", "ls", "stat", "cat", "get", "pack", "unmount", "status", "version"}
+
+// TestHelp: every command's --help goes to stdout with exit 0 and says
+// its usage, examples and its own flags, not the others'.
+func TestHelp(t *testing.T) {
+	for _, cmd := range append([]string{""}, commands...) {
+		t.Run(cmd, func(t *testing.T) {
+			args := []string{cmd, "--help"}
+			if cmd == "" {
+				args = args[1:]
+			}
+			out, errOut, code := runCLI(args...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("exit %d, stderr %q; want 0 and nothing", code, errOut)
+			}
+			want := []string{"Usage:", "tarmount " + cmd, "--help"}
+			if cmd != "version" {
+				want = append(want, "Examples:")
+			}
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("help has no %q:\n%s", w, out)
+				}
+			}
+			_, hasSource := map[string]bool{"": true, "mount": true, "extract": true, "index": true, "ls": true,
+				"stat": true, "cat": true, "get": true, "pack": true}[cmd]
+			if got := strings.Contains(out, "--cache-mem"); got != hasSource {
+				t.Errorf("help lists --cache-mem: got %v, want %v", got, hasSource)
+			}
+			if got := strings.Contains(out, "--materialize"); got != (cmd == "" || cmd == "mount") {
+				t.Errorf("help lists --materialize: got %v", got)
+			}
+			if cmd != "pack" && strings.Contains(out, "--level") {
+				t.Errorf("help lists pack's --level")
+			}
+		})
+	}
+}
+
+// TestHelpCommand: `tarmount help CMD` is `tarmount CMD --help`, and
+// `tarmount help` is not taken for a URL.
+func TestHelpCommand(t *testing.T) {
+	for _, cmd := range commands {
+		got, _, code := runCLI("help", cmd)
+		want, _, _ := runCLI(cmd, "--help")
+		if code != 0 || got != want {
+			t.Errorf("help %s: exit %d, output differs from %s --help", cmd, code, cmd)
+		}
+	}
+	out, errOut, code := runCLI("help")
+	if code != 0 || !strings.Contains(out, "Available Commands") && !strings.Contains(out, "Commands that read an archive") || errOut != "" {
+		t.Errorf("help: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+}
+
+// TestBadCommandLine: a bad flag or argument count gives one line naming
+// it, then where the help is, on stderr, and exit 1.
+func TestBadCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"extract", "--bogus", "u", "d"}, "tarmount: unknown flag: --bogus\nsee 'tarmount extract --help'\n"},
+		{[]string{"extract", "u"}, "tarmount: want URL and DIR, got 1 arguments\nsee 'tarmount extract --help'\n"},
+		{[]string{"u", "m", "x"}, "tarmount: want URL and MOUNTPOINT, got 3 arguments\nsee 'tarmount --help'\n"},
+		{[]string{"extrct", "u", "d"}, "tarmount: unknown command \"extrct\"; did you mean \"extract\"?\nsee 'tarmount --help'\n"},
+		{[]string{"ls", "--cache-mem", "lots", "u"}, "tarmount: invalid argument \"lots\" for \"--cache-mem\" flag: want a size such as 65536, 64MiB or 1G, got \"lots\"\nsee 'tarmount ls --help'\n"},
+		{[]string{"unmount", "--cache-mem", "1G", "m"}, "tarmount: unknown flag: --cache-mem\nsee 'tarmount unmount --help'\n"},
+		{[]string{"u", "m", "-o", "no_such_option"}, "tarmount: unknown mount option \"no_such_option\" (known: allow_other, debug, ro, and every flag as name=value, e.g. materialize=/dir)\nsee 'tarmount --help'\n"},
+	} {
+		out, errOut, code := runCLI(tc.args...)
+		if code != 1 || out != "" || errOut != tc.want {
+			t.Errorf("%q: got exit %d, stdout %q, stderr %q; want 1, nothing, %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
+
+// TestCompletion: tarmount completion SHELL writes a script for it.
+func TestCompletion(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		out, errOut, code := runCLI("completion", sh)
+		if code != 0 || errOut != "" || !strings.Contains(out, "tarmount") || len(out) < 1000 {
+			t.Errorf("completion %s: exit %d, stderr %q, %d bytes", sh, code, errOut, len(out))
+		}
+	}
+}
+
+// TestVersion: --version, -version and version say the same: the
+// version, and the Go version that built it.
+func TestVersion(t *testing.T) {
+	var outs []string
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"version"}} {
+		out, errOut, code := runCLI(args...)
+		if code != 0 || errOut != "" || !regexp.MustCompile(`^tarmount \S+.*, go1\.\d+`).MatchString(out) {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q; want tarmount VERSION ..., goVERSION", args, code, errOut, out)
+		}
+		outs = append(outs, out)
+	}
+	if len(slices.Compact(slices.Clone(outs))) != 1 {
+		t.Errorf("the forms differ: %q", outs)
+	}
+}
+
+// TestSizes: size flags take plain bytes and units.
+func TestSizes(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want int64
+	}{{"65536", 65536}, {"64MiB", 64 << 20}, {"64MB", 64e6}, {"1G", 1e9}, {"1GiB", 1 << 30}, {"512KiB", 512 << 10}, {"1.5MiB", 3 << 19}} {
+		a, _, _, err := parseCLI("extract", "--cache-mem", tc.arg, "--span", tc.arg, "--block-size="+tc.arg, "--min-speed", tc.arg, "u", "d")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.arg, err)
+		}
+		if got := []int64{a.c.ao.CacheMem, a.c.ao.Span, a.c.ao.BlockSize, a.c.ao.MinSpeed}; slices.ContainsFunc(got, func(v int64) bool { return v != tc.want }) {
+			t.Errorf("%s: got %v, want %d each", tc.arg, got, tc.want)
+		}
+	}
+}
+
+// oldFlags are the flags of the command line before cobra, by command:
+// each must parse in its single-dash form, as the flag package took it.
+var oldFlags = map[string][]string{
+	"mount": {"v", "cache-dir", "index", "no-sidecar", "o", "span", "fetch-workers", "block-size", "cache-mem", "H",
+		"header", "http1", "readahead", "cache-disk", "cache-decoded", "mount-name", "region", "endpoint-url", "profile",
+		"no-sign-request", "cpuprofile", "daemon", "foreground", "log-file", "metrics-addr", "allow-other", "wait-index",
+		"partial-listings", "read-timeout", "retries", "min-speed", "materialize", "write-workers", "decode-workers",
+		"overwrite", "fsync", "uid", "gid"},
+	"extract": {"v", "cache-dir", "index", "span", "fetch-workers", "cache-mem", "H", "header", "region", "endpoint-url",
+		"no-sign-request", "read-timeout", "retries", "min-speed", "write-workers", "decode-workers", "overwrite", "fsync", "quiet"},
+	"index":  {"v", "cache-dir", "o", "publish", "span", "fetch-workers", "block-size", "cache-mem", "H", "region", "profile"},
+	"pack":   {"v", "cache-dir", "o", "level", "span", "endpoint-url"},
+	"ls":     {"v", "cache-dir", "json", "l", "index", "no-sidecar"},
+	"stat":   {"json", "cache-dir"},
+	"cat":    {"cache-dir", "H"},
+	"get":    {"C", "cache-dir"},
+	"status": {"json", "v"},
+}
+
+// oldValue is a value for an old flag.
+func oldValue(name string) []string {
+	switch name {
+	case "v", "no-sidecar", "http1", "no-sign-request", "daemon", "foreground", "allow-other", "wait-index",
+		"partial-listings", "overwrite", "fsync", "quiet", "json", "l", "publish":
+		return nil
+	case "span", "block-size", "cache-mem", "cache-disk", "cache-decoded", "min-speed":
+		return []string{"1048576"}
+	case "fetch-workers", "readahead", "retries", "write-workers", "decode-workers", "level", "uid", "gid":
+		return []string{"3"}
+	case "read-timeout":
+		return []string{"30s"}
+	case "H", "header":
+		return []string{"X-Token: t"}
+	case "o":
+		return []string{"allow_other"}
+	}
+	return []string{"/x"}
+}
+
+// TestOldForms: every flag of the old command line parses as it did, in
+// its single-dash and double-dash forms, before and after the arguments,
+// and every mount flag is also a mount option name=value, as fstab lines
+// in the wild write them.
+func TestOldForms(t *testing.T) {
+	pos := map[string][]string{"mount": {"u", "m"}, "extract": {"u", "d"}, "index": {"u"}, "pack": {"s"}, "ls": {"u"},
+		"stat": {"u", "p"}, "cat": {"u", "p"}, "get": {"u", "p"}, "status": {"m"}}
+	for cmd, names := range oldFlags {
+		for _, name := range names {
+			for _, dash := range []string{"-", "--"} {
+				flagArgs := append([]string{dash + name}, oldValue(name)...)
+				lines := [][]string{
+					append(append([]string{cmd}, flagArgs...), pos[cmd]...),
+					append(append([]string{cmd}, pos[cmd]...), flagArgs...),
+				}
+				if cmd == "mount" {
+					lines = append(lines, append(slices.Clone(pos[cmd]), flagArgs...))
+				}
+				for _, line := range lines {
+					if _, _, _, err := parseCLI(line...); err != nil {
+						t.Errorf("%q: %v", line, err)
+					}
+				}
+			}
+		}
+	}
+	for _, name := range oldFlags["mount"] {
+		if len(name) == 1 {
+			continue
+		}
+		opt := strings.ReplaceAll(name, "-", "_")
+		if v := oldValue(name); v != nil {
+			opt += "=" + v[0]
+		}
+		if _, _, _, err := parseCLI("u", "m", "-o", opt); err != nil {
+			t.Errorf("-o %s: %v", opt, err)
+		}
+	}
+}
+
+// TestMountOptions: what -o sets, and what it refuses.
+func TestMountOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts    string
+		check   func(c *config) bool
+		wantErr string
+	}{
+		{"ro,allow_other,dev,suid,nofail,_netdev,x-systemd.automount,comment=boot", func(c *config) bool { return c.allowOther && !c.debugFUSE }, ""},
+		{"debug", func(c *config) bool { return c.debugFUSE }, ""},
+		{"materialize=/var/lib/rt,cache_dir=/var/cache/tm,fetch-workers=16,cache_mem=64MiB", func(c *config) bool {
+			return c.mat.dir == "/var/lib/rt" && c.ao.CacheDir == "/var/cache/tm" && c.ao.FetchWorkers == 16 && c.ao.CacheMem == 64<<20
+		}, ""},
+		{"no_sign_request,foreground", func(c *config) bool { return c.ao.NoSignRequest && c.foreground }, ""},
+		{"header=Authorization: Bearer x", func(c *config) bool { return c.ao.Header.Get("Authorization") == "Bearer x" }, ""},
+		{"no_such_option", nil, `unknown mount option "no_such_option"`},
+		{"materialize", nil, "needs a value"},
+		{"fetch_workers=many", nil, "mount option fetch_workers=many"},
+		{"o=x", nil, "unknown mount option"},
+		{"options=x", nil, "unknown mount option"},
+	} {
+		t.Run(tc.opts, func(t *testing.T) {
+			a, _, _, err := parseCLI("URL", "MNT", "-o", tc.opts)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got error %v, want one with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(&a.c) {
+				t.Errorf("options %q not applied: %+v", tc.opts, a.c)
+			}
+		})
+	}
+	a, _, _, err := parseCLI("-o", "allow_other", "URL", "MNT", "-o", "debug")
+	if err != nil || !a.c.allowOther || !a.c.debugFUSE {
+		t.Errorf("-o allow_other -o debug: got %v, want both set", err)
+	}
+}
+
+// TestHelpS3Environment checks that each command's help says which
+// variables the S3 flags fall back on.
+func TestHelpS3Environment(t *testing.T) {
+	for _, cmd := range []string{"mount", "index", "extract", "ls", "cat", "get", "pack"} {
+		out, _, _ := runCLI(cmd, "--help")
+		for _, v := range []string{"$AWS_REGION", "$AWS_DEFAULT_REGION", "$AWS_PROFILE", "$AWS_DEFAULT_PROFILE",
+			"$AWS_ENDPOINT_URL_S3", "$AWS_ENDPOINT_URL or", "no environment variable"} {
+			if !strings.Contains(out, v) {
+				t.Errorf("help of %s does not name %s", cmd, v)
+			}
+		}
+	}
+}
+
+// TestDocsCurrent: docs/cli, the command reference, is what the commands
+// say of themselves (go test ./cmd/tarmount -run TestDocsCurrent -update
+// rewrites it).
+func TestDocsCurrent(t *testing.T) {
+	dir := filepath.Join("..", "..", "docs", "cli")
+	if *update {
+		os.RemoveAll(dir)
+		if _, errOut, code := runCLI("docs", "--markdown", dir); code != 0 {
+			t.Fatal(errOut)
+		}
+	}
+	tmp := t.TempDir()
+	if _, errOut, code := runCLI("docs", "--markdown", tmp, "--man", filepath.Join(tmp, "man")); code != 0 {
+		t.Fatal(errOut)
+	}
+	want, _ := filepath.Glob(filepath.Join(tmp, "*.md"))
+	got, _ := filepath.Glob(filepath.Join(dir, "*.md"))
+	if len(got) != len(want) || len(want) < len(commands) {
+		t.Fatalf("docs/cli has %d pages, the commands make %d (run with -update)", len(got), len(want))
+	}
+	for _, w := range want {
+		wb, _ := os.ReadFile(w)
+		gb, err := os.ReadFile(filepath.Join(dir, filepath.Base(w)))
+		if err != nil || !bytes.Equal(gb, wb) {
+			t.Errorf("docs/cli/%s is not what the commands say (run with -update): %v", filepath.Base(w), err)
+		}
+	}
+	man, _ := filepath.Glob(filepath.Join(tmp, "man", "*.1"))
+	if len(man) < len(commands) {
+		t.Errorf("got %d man pages, want one per command", len(man))
+	}
+}
+
+// TestDocumentedCommandLines: every tarmount command line in the code
+// blocks of README.md and docs/ parses: no documented flag is refused.
+// Lines of mount(8) and fstab are taken as the mount they make.
+func TestDocumentedCommandLines(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	more, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*", "*.md"))
+	files = append(append([]string{filepath.Join("..", "..", "README.md")}, files...), more...)
+	n := 0
+	for _, f := range files {
+		if strings.Contains(f, filepath.Join("docs", "cli")) {
+			continue // generated from the commands
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := false
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				in = !in
+				continue
+			}
+			if !in {
+				continue
+			}
+			args, ok := documentedLine(line)
+			if !ok {
+				continue
+			}
+			n++
+			if _, _, _, err := parseCLI(args...); err != nil {
+				t.Errorf("%s:%d: %q: %v", f, i+1, strings.TrimSpace(line), err)
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("found %d command lines in the docs, want the 20 or more README.md has", n)
+	}
+}
+
+// documentedLine returns the arguments of a tarmount command line in a
+// code block (its comment, pipes and redirections cut), a mount(8) line
+// or an fstab line.
+func documentedLine(line string) ([]string, bool) {
+	words := shellWords(line)
+	for i, w := range words {
+		if w == "|" || w == ">" || w == "&&" || w == ";" || w == "2>&1" || strings.HasPrefix(w, "#") {
+			words = words[:i]
+			break
+		}
+	}
+	for len(words) > 0 && (words[0] == "sudo" || words[0] == "$" || strings.Contains(words[0], "=") && !strings.Contains(words[0], "://")) {
+		words = words[1:]
+	}
+	switch {
+	case len(words) > 0 && (words[0] == "tarmount" || strings.HasSuffix(words[0], "/tarmount")):
+		return words[1:], true
+	case len(words) >= 4 && words[0] == "mount" && words[1] == "-t" && words[2] == "fuse.tarmount":
+		return words[3:], true
+	case len(words) == 6 && words[2] == "fuse.tarmount":
+		return []string{words[0], words[1], "-o", words[3]}, true
+	}
+	return nil, false
+}
+
+// shellWords splits a line as sh would, for the quoting the docs use.
+func shellWords(line string) []string {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	var quote byte
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			} else {
+				cur.WriteByte(c)
+			}
+		case c == '\'' || c == '"':
+			quote, inWord = c, true
+		case c == ' ' || c == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+func TestShellWords(t *testing.T) {
+	got := fmt.Sprint(shellWords(`tarmount ls --json u | jq -r 'select(.size > 1e6) | .path'  # x`))
+	want := "[tarmount ls --json u | jq -r select(.size > 1e6) | .path # x]"
+	if got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+func TestParseID(t *testing.T) {
+	var id *uint32
+	if err := parseID("1000", &id); err != nil || id == nil || *id != 1000 {
+		t.Errorf("parseID(1000): got %v, %v", id, err)
+	}
+	for _, bad := range []string{"", "-1", "root", "4294967296"} {
+		var id *uint32
+		if err := parseID(bad, &id); err == nil {
+			t.Errorf("parseID(%q): got %d, want an error", bad, *id)
+		}
+	}
+}
