@@ -2,9 +2,12 @@ package fetch
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -219,6 +222,38 @@ func TestIsRetryable(t *testing.T) {
 		t.Run(fmt.Sprint(tt.err), func(t *testing.T) {
 			if got := IsRetryable(tt.err); got != tt.want {
 				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestClassifyTransport checks which transport errors are retried: those
+// every attempt would meet are permanent, cut connections and timeouts
+// are not.
+func TestClassifyTransport(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"server gave HTTP response to HTTPS client", http.ErrSchemeMismatch, false},
+		{"not a TLS handshake", tls.RecordHeaderError{Msg: "tls: first record does not look like a TLS handshake"}, false},
+		{"certificate verification", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false},
+		{"unknown authority", x509.UnknownAuthorityError{}, false},
+		{"wrong host name", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "example.com"}, false},
+		{"expired", x509.CertificateInvalidError{Reason: x509.Expired}, false},
+		{"redirect loop", fmt.Errorf("%w: a redirect loop", errRedirects), false},
+		{"no such host", &net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true}, false},
+		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{"timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, true},
+		{"cut", io.ErrUnexpectedEOF, true},
+		{"DNS outage", &net.DNSError{Err: "server misbehaving", Name: "example.com", IsTemporary: true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := IsRetryable(classifyTransport(t.Context(), tt.err)); got != tt.want {
+				t.Errorf("got IsRetryable %v, want %v", got, tt.want)
 			}
 		})
 	}
