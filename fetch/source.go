@@ -26,7 +26,8 @@ var (
 	// differ from the pinned identity, or a local file got shorter.
 	ErrChanged = errors.New("fetch: source changed since it was opened")
 	// ErrNotFound means the object does not exist (HTTP 404 or 410, a
-	// missing file).
+	// missing file). A missing file's error reads "no such file or
+	// directory" and is also fs.ErrNotExist.
 	ErrNotFound = errors.New("fetch: not found")
 	// ErrNoRange means the server answered a range request with the whole
 	// object (200) or declared "Accept-Ranges: none".

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -84,7 +85,7 @@ func TestOpenURLForms(t *testing.T) {
 		{name: "relative path with colon", url: "c:d.tar"},
 		{name: "file URL", url: "file://" + strings.ReplaceAll(path, " ", "%20")},
 		{name: "file URL localhost", url: "file://localhost" + path},
-		{name: "missing file", url: filepath.Join(dir, "nope.tar"), wantErr: "not found", is: ErrNotFound},
+		{name: "missing file", url: filepath.Join(dir, "nope.tar"), wantErr: "no such file", is: ErrNotFound},
 		{name: "missing file URL", url: "file://" + filepath.Join(dir, "nope.tar"), is: ErrNotFound},
 		{name: "directory", url: dir, wantErr: "is a directory"},
 		{name: "fifo", url: filepath.Join(dir, "fifo"), wantErr: "not a regular file"},
@@ -120,6 +121,28 @@ func TestOpenURLForms(t *testing.T) {
 				require.ErrorIs(t, err, tt.is)
 			}
 			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+// TestOpenMissingFile checks that a missing file is named with its path
+// and the system's words, and is both ErrNotFound and fs.ErrNotExist.
+func TestOpenMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.tar.gz")
+	for _, tt := range []struct{ name, url string }{
+		{"path", path},
+		{"file URL", "file://" + path},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(t.Context(), tt.url, Options{})
+			if want := "open " + path + ": no such file or directory"; err == nil || err.Error() != want {
+				t.Errorf("got %v, want %s", err, want)
+			}
+			for _, target := range []error{ErrNotFound, fs.ErrNotExist} {
+				if !errors.Is(err, target) {
+					t.Errorf("got errors.Is(%v, %v) false, want true", err, target)
+				}
+			}
 		})
 	}
 }

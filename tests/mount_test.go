@@ -433,7 +433,7 @@ func TestBadInputs(t *testing.T) {
 		{"text", write("notes.txt", []byte("hello, this is not an archive\n")), mnt, "not a tar archive"},
 		{"gzip of text", write("text.gz", tarbuild.Gzip(bytes.Repeat([]byte("text "), 1000))), mnt, "does not hold a tar archive"},
 		{"empty", write("empty", nil), mnt, "empty"},
-		{"missing file", filepath.Join(work, "nope.tar.gz"), mnt, "not found"},
+		{"missing file", filepath.Join(work, "nope.tar.gz"), mnt, "nope.tar.gz: no such file"},
 		{"bad scheme", "ftp://example.com/a.tar", mnt, "ftp"},
 		{"missing mountpoint", good, filepath.Join(work, "no-such-dir"), "mountpoint"},
 		{"mountpoint is a file", good, good, "not a directory"},
