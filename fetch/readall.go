@@ -89,7 +89,7 @@ func readOpened(ctx context.Context, rawURL string, limit int64, opts Options) (
 		err = nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", src, err)
+		return nil, err // it names the source and offset
 	}
 	return data, nil
 }

@@ -418,7 +418,10 @@ func (s *retrySource) timeout(off int64, attempts int, start time.Time, err, las
 	if last == nil {
 		return fmt.Errorf("read %s at %d: %w: %s", s.src, off, ErrTimeout, msg)
 	}
-	return fmt.Errorf("read %s at %d: %w: %s; last error: %v", s.src, off, ErrTimeout, msg, last)
+	// Said once: the last error of a read that made no progress names
+	// the same source and offset.
+	lastMsg := strings.TrimPrefix(last.Error(), fmt.Sprintf("read %s at %d: ", s.src, off))
+	return fmt.Errorf("read %s at %d: %w: %s; last error: %s", s.src, off, ErrTimeout, msg, lastMsg)
 }
 
 // withAttempts notes how many attempts a failed read made.
