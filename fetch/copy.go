@@ -32,7 +32,7 @@ func (s *httpSource) keepCopy(ctx context.Context, resp *http.Response, id Ident
 		return "", fmt.Errorf("%w, and a local copy does not fit: %w (raise --cache-disk)", ErrNoRange, err)
 	}
 	if err != nil {
-		return "", fmt.Errorf("download %s: %w", s.name, err)
+		return "", fmt.Errorf("download the whole object: %w", err) // Open names the source
 	}
 	s.log.Info("local copy complete", "src", s.name, "len", id.Size, "elapsed", time.Since(start).Round(time.Millisecond))
 	return path, nil

@@ -70,11 +70,21 @@ func checkRegular(fi fs.FileInfo) error {
 }
 
 func fileOpenError(path string, err error) error {
+	err = unwrapPathError(err)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("open %s: %w", path, ErrNotFound)
+		err = &notExistError{err: err}
 	}
-	return fmt.Errorf("open %s: %w", path, unwrapPathError(err))
+	return fmt.Errorf("open %s: %w", path, err)
 }
+
+// notExistError is a missing local file. It reads as the system words it
+// ("no such file or directory"), unwraps to the system's error (so
+// errors.Is(err, fs.ErrNotExist) holds) and is ErrNotFound.
+type notExistError struct{ err error }
+
+func (e *notExistError) Error() string        { return e.err.Error() }
+func (e *notExistError) Unwrap() error        { return e.err }
+func (e *notExistError) Is(target error) bool { return target == ErrNotFound }
 
 // unwrapPathError drops the operation and path that *fs.PathError repeats.
 func unwrapPathError(err error) error {

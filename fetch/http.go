@@ -45,19 +45,20 @@ var _ Source = (*httpSource)(nil)
 
 func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (Source, error) {
 	s := &httpSource{
-		client: opts.Client,
 		url:    u.String(),
 		name:   redactURL(u),
 		header: opts.Header.Clone(),
 		log:    log,
 		copies: opts.Copies,
 	}
-	if s.client == nil {
+	if opts.Client != nil {
+		s.client = withCheckRedirect(opts.Client)
+	} else {
 		conns := opts.Conns
 		if conns <= 0 {
 			conns = defaultConns
 		}
-		s.client = &http.Client{Transport: newSpreadTransport(baseTransport(), conns, opts.HTTP1)}
+		s.client = &http.Client{Transport: newSpreadTransport(baseTransport(), conns, opts.HTTP1), CheckRedirect: checkRedirect}
 		s.ownClient = true
 	}
 	id, err := s.probe(ctx)
@@ -89,7 +90,7 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 	req.Header.Set("Range", "bytes=0-0")
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return Identity{}, classifyTransport(ctx, err)
+		return Identity{}, classifyTransport(ctx, unwrapURLError(err))
 	}
 	defer drainClose(resp.Body)
 	id := identityFrom(resp.Header)
@@ -150,7 +151,7 @@ func (s *httpSource) head(ctx context.Context, id Identity) (Identity, error) {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return Identity{}, classifyTransport(ctx, err)
+		return Identity{}, classifyTransport(ctx, unwrapURLError(err))
 	}
 	defer drainClose(resp.Body)
 	if resp.StatusCode != http.StatusOK {
@@ -201,7 +202,7 @@ func (s *httpSource) readRange(ctx context.Context, p []byte, off int64) (int, e
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, classifyTransport(ctx, err)
+		return 0, classifyTransport(ctx, unwrapURLError(err))
 	}
 	defer drainClose(resp.Body)
 	switch resp.StatusCode {

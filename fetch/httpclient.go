@@ -1,6 +1,8 @@
 package fetch
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -23,6 +25,46 @@ var baseTransport = sync.OnceValue(func() *http.Transport {
 	t.ResponseHeaderTimeout = time.Minute
 	return t
 })
+
+// maxRedirects is how many redirects a request follows, as many as Go's
+// default client follows.
+const maxRedirects = 10
+
+// errRedirects means a request met a redirect loop or too long a chain of
+// redirects. It is permanent: every attempt meets the same chain.
+var errRedirects = errors.New("fetch: too many redirects")
+
+// checkRedirect is the http.Client.CheckRedirect of this package's
+// clients: the default policy, with an error that IsRetryable reports
+// as permanent and that names a loop as one. URLs are redacted: a
+// presigned URL carries its signature in the query.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) < maxRedirects {
+		return nil
+	}
+	for i, v := range via {
+		switch {
+		case v.URL.String() != req.URL.String():
+		case i == 0:
+			// The caller names the URL it asked for.
+			return fmt.Errorf("%w: a redirect loop", errRedirects)
+		default:
+			return fmt.Errorf("%w: a redirect loop through %s", errRedirects, redactURL(req.URL))
+		}
+	}
+	return fmt.Errorf("%w: %d, the last to %s", errRedirects, maxRedirects, redactURL(req.URL))
+}
+
+// withCheckRedirect returns c, or a copy of it that follows redirects by
+// checkRedirect when c has no policy of its own.
+func withCheckRedirect(c *http.Client) *http.Client {
+	if c.CheckRedirect != nil {
+		return c
+	}
+	cc := *c
+	cc.CheckRedirect = checkRedirect
+	return &cc
+}
 
 // spreadTransport sends each request on one of several transports. Over
 // HTTP/2 a transport carries every request on one connection, so a

@@ -34,9 +34,11 @@ func ReadAll(ctx context.Context, rawURL string, limit int64, opts Options, ropt
 
 // getHTTP reads the object at url (named name) with one GET.
 func getHTTP(ctx context.Context, url, name string, limit int64, opts Options) ([]byte, error) {
-	s := &httpSource{client: opts.Client, url: url, name: name, header: opts.Header.Clone(), log: opts.Logger}
-	if s.client == nil {
-		s.client = &http.Client{Transport: newSpreadTransport(baseTransport(), 1, opts.HTTP1)}
+	s := &httpSource{url: url, name: name, header: opts.Header.Clone(), log: opts.Logger}
+	if opts.Client != nil {
+		s.client = withCheckRedirect(opts.Client)
+	} else {
+		s.client = &http.Client{Transport: newSpreadTransport(baseTransport(), 1, opts.HTTP1), CheckRedirect: checkRedirect}
 		defer s.client.CloseIdleConnections()
 	}
 	if s.log == nil {
@@ -87,7 +89,7 @@ func readOpened(ctx context.Context, rawURL string, limit int64, opts Options) (
 		err = nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", src, err)
+		return nil, err // it names the source and offset
 	}
 	return data, nil
 }

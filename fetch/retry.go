@@ -184,7 +184,9 @@ var _ Source = (*retrySource)(nil)
 // refused, reset or cut connections, short bodies), a host name that
 // stopped resolving (it resolved when src was opened), and attempts that
 // the stall watchdog cancels. It never retries ErrChanged, ErrNotFound,
-// ErrNoRange, ErrClosed, other 4xx, nor a read whose ctx is done.
+// ErrNoRange, ErrClosed, other 4xx, the transport failures IsRetryable
+// calls permanent (TLS against plain HTTP, a certificate that does not
+// verify, a redirect loop), nor a read whose ctx is done.
 //
 // A read that failed after n > 0 bytes resumes where it broke: it keeps
 // p[:n] and asks only for the rest, relying on the Source contract that
@@ -416,7 +418,10 @@ func (s *retrySource) timeout(off int64, attempts int, start time.Time, err, las
 	if last == nil {
 		return fmt.Errorf("read %s at %d: %w: %s", s.src, off, ErrTimeout, msg)
 	}
-	return fmt.Errorf("read %s at %d: %w: %s; last error: %v", s.src, off, ErrTimeout, msg, last)
+	// Said once: the last error of a read that made no progress names
+	// the same source and offset.
+	lastMsg := strings.TrimPrefix(last.Error(), fmt.Sprintf("read %s at %d: ", s.src, off))
+	return fmt.Errorf("read %s at %d: %w: %s; last error: %s", s.src, off, ErrTimeout, msg, lastMsg)
 }
 
 // withAttempts notes how many attempts a failed read made.

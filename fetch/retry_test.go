@@ -595,3 +595,36 @@ func TestParseRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryErrorsSayItOnce checks that a read of an HTTP source that
+// keeps failing names the source and offset once, however it gives up.
+func TestRetryErrorsSayItOnce(t *testing.T) {
+	tests := []struct {
+		name string
+		opts RetryOptions
+		is   error
+	}{
+		{"deadline", RetryOptions{MaxAttempts: 1 << 30, Deadline: 50 * time.Millisecond}, ErrTimeout},
+		{"attempts", RetryOptions{MaxAttempts: 3, Deadline: time.Minute}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &object{data: randomBytes(100, 3), etag: `"e"`}
+			srv := newTestServer(t, o)
+			src := mustOpen(t, srv.URL+"/a.tar")
+			o.set(func(o *object) { o.status = http.StatusServiceUnavailable })
+			tt.opts.BaseDelay, tt.opts.MaxDelay, tt.opts.MinSpeed = time.Millisecond, 2*time.Millisecond, -1
+			_, err := WithRetry(src, tt.opts).ReadAt(t.Context(), make([]byte, 10), 20)
+			if err == nil {
+				t.Fatal("got no error, want one")
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("got %v, want %v", err, tt.is)
+			}
+			where := "read " + srv.URL + "/a.tar at 20: "
+			if got := strings.Count(err.Error(), where); got != 1 || !strings.Contains(err.Error(), "503") {
+				t.Errorf("got %q, which says %q %d times, want it once and the 503", err, where, got)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -25,7 +26,8 @@ var (
 	// differ from the pinned identity, or a local file got shorter.
 	ErrChanged = errors.New("fetch: source changed since it was opened")
 	// ErrNotFound means the object does not exist (HTTP 404 or 410, a
-	// missing file).
+	// missing file). A missing file's error reads "no such file or
+	// directory" and is also fs.ErrNotExist.
 	ErrNotFound = errors.New("fetch: not found")
 	// ErrNoRange means the server answered a range request with the whole
 	// object (200) or declared "Accept-Ranges: none".
@@ -59,9 +61,10 @@ func (e *connError) Unwrap() error { return e.err }
 // succeed if tried again: HTTP 5xx (except 501 and 505), 408 and 429,
 // S3 throttling and timeout codes (SlowDown, RequestTimeout, InternalError,
 // ServiceUnavailable, Throttling...) whatever their status, refused, reset
-// or cut connections and short bodies. A done context,
-// ErrChanged, ErrNotFound, ErrNoRange, ErrClosed and other 4xx are
-// permanent.
+// or cut connections, timeouts and short bodies. A done context,
+// ErrChanged, ErrNotFound, ErrNoRange, ErrClosed, other 4xx, an https URL
+// on a server that does not speak TLS, a certificate that does not
+// verify and a redirect loop are permanent.
 func IsRetryable(err error) bool {
 	switch {
 	case err == nil,
@@ -92,8 +95,9 @@ func IsRetryable(err error) bool {
 }
 
 // classifyTransport wraps an error from http.Client.Do or from reading a
-// body: a done ctx stays a context error, certificate and DNS failures stay
-// permanent, and anything else becomes a retryable connError.
+// body: a done ctx stays a context error, the failures that every attempt
+// would meet (permanentTransport) stay permanent, and anything else
+// becomes a retryable connError.
 func classifyTransport(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		if errors.Is(err, ctxErr) {
@@ -101,13 +105,40 @@ func classifyTransport(ctx context.Context, err error) error {
 		}
 		return fmt.Errorf("%w (%v)", ctxErr, err)
 	}
-	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
-		return err
-	}
-	if de, ok := errors.AsType[*net.DNSError](err); ok && de.IsNotFound {
+	if permanentTransport(err) {
 		return err
 	}
 	return &connError{err: err}
+}
+
+// permanentTransport reports whether a transport error says that the
+// server cannot be read as the URL asks, so that another attempt would
+// fail the same way: a TLS/HTTP mismatch (an https URL on a plain HTTP
+// port, or any reply that is not TLS), a certificate that does not
+// verify, a redirect loop or chain too long, a host name that does not
+// resolve.
+func permanentTransport(err error) bool {
+	if errors.Is(err, http.ErrSchemeMismatch) || errors.Is(err, errRedirects) {
+		return true
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	// What a custom VerifyPeerCertificate may return unwrapped.
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.CertificateInvalidError](err); ok {
+		return true
+	}
+	de, ok := errors.AsType[*net.DNSError](err)
+	return ok && de.IsNotFound
 }
 
 // Identity pins one version of an object. Fields a source cannot know stay
@@ -353,8 +384,9 @@ func urlScheme(s string) (string, bool) {
 	return strings.ToLower(s[:i]), true
 }
 
-// unwrapURLError drops the URL that url.Parse puts in its errors: it may
-// hold a password.
+// unwrapURLError drops the operation and URL that url.Parse and
+// http.Client.Do put in their errors: the caller names the source, and
+// the URL may hold a password or a signed query.
 func unwrapURLError(err error) error {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		return ue.Err

@@ -2,9 +2,13 @@ package fetch
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -81,7 +85,7 @@ func TestOpenURLForms(t *testing.T) {
 		{name: "relative path with colon", url: "c:d.tar"},
 		{name: "file URL", url: "file://" + strings.ReplaceAll(path, " ", "%20")},
 		{name: "file URL localhost", url: "file://localhost" + path},
-		{name: "missing file", url: filepath.Join(dir, "nope.tar"), wantErr: "not found", is: ErrNotFound},
+		{name: "missing file", url: filepath.Join(dir, "nope.tar"), wantErr: "no such file", is: ErrNotFound},
 		{name: "missing file URL", url: "file://" + filepath.Join(dir, "nope.tar"), is: ErrNotFound},
 		{name: "directory", url: dir, wantErr: "is a directory"},
 		{name: "fifo", url: filepath.Join(dir, "fifo"), wantErr: "not a regular file"},
@@ -117,6 +121,28 @@ func TestOpenURLForms(t *testing.T) {
 				require.ErrorIs(t, err, tt.is)
 			}
 			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+// TestOpenMissingFile checks that a missing file is named with its path
+// and the system's words, and is both ErrNotFound and fs.ErrNotExist.
+func TestOpenMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.tar.gz")
+	for _, tt := range []struct{ name, url string }{
+		{"path", path},
+		{"file URL", "file://" + path},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(t.Context(), tt.url, Options{})
+			if want := "open " + path + ": no such file or directory"; err == nil || err.Error() != want {
+				t.Errorf("got %v, want %s", err, want)
+			}
+			for _, target := range []error{ErrNotFound, fs.ErrNotExist} {
+				if !errors.Is(err, target) {
+					t.Errorf("got errors.Is(%v, %v) false, want true", err, target)
+				}
+			}
 		})
 	}
 }
@@ -219,6 +245,38 @@ func TestIsRetryable(t *testing.T) {
 		t.Run(fmt.Sprint(tt.err), func(t *testing.T) {
 			if got := IsRetryable(tt.err); got != tt.want {
 				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestClassifyTransport checks which transport errors are retried: those
+// every attempt would meet are permanent, cut connections and timeouts
+// are not.
+func TestClassifyTransport(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"server gave HTTP response to HTTPS client", http.ErrSchemeMismatch, false},
+		{"not a TLS handshake", tls.RecordHeaderError{Msg: "tls: first record does not look like a TLS handshake"}, false},
+		{"certificate verification", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false},
+		{"unknown authority", x509.UnknownAuthorityError{}, false},
+		{"wrong host name", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "example.com"}, false},
+		{"expired", x509.CertificateInvalidError{Reason: x509.Expired}, false},
+		{"redirect loop", fmt.Errorf("%w: a redirect loop", errRedirects), false},
+		{"no such host", &net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true}, false},
+		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{"timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, true},
+		{"cut", io.ErrUnexpectedEOF, true},
+		{"DNS outage", &net.DNSError{Err: "server misbehaving", Name: "example.com", IsTemporary: true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := IsRetryable(classifyTransport(t.Context(), tt.err)); got != tt.want {
+				t.Errorf("got IsRetryable %v, want %v", got, tt.want)
 			}
 		})
 	}

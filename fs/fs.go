@@ -276,7 +276,7 @@ func fuseOptions(opts Options) *fusefs.Options {
 // closed.
 func Mount(mountpoint string, a Archive, opts Options) (*fuse.Server, error) {
 	if err := checkMountpoint(mountpoint); err != nil {
-		return nil, fmt.Errorf("fs: mount %s: %w", mountpoint, err)
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	t := newTree(a, opts)
 	root := newDirNode(t, index.RootID)
@@ -289,12 +289,12 @@ func Mount(mountpoint string, a Archive, opts Options) (*fuse.Server, error) {
 	}
 	server, err := fuse.NewServer(raw, mountpoint, &fopts.MountOptions)
 	if err != nil {
-		return nil, fmt.Errorf("fs: mount %s: %w", mountpoint, err)
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		// The serve loop ends by itself when the mount failed.
-		return nil, fmt.Errorf("fs: mount %s: %w", mountpoint, err)
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	t.log.Info("mounted", "path", mountpoint, "src", opts.FsName, "entries", a.Len())
 	return server, nil
@@ -317,7 +317,7 @@ func checkMountpoint(mountpoint string) error {
 		return err
 	}
 	if fstype, found, err := mountType(target); err == nil && found && isFUSE(fstype) {
-		return fmt.Errorf("%w: a %s filesystem is mounted there already", ErrMounted, fstype)
+		return fmt.Errorf("%w (a %s filesystem)", ErrMounted, fstype)
 	}
 	return nil
 }

@@ -694,6 +694,35 @@ func TestMountTwice(t *testing.T) {
 	}
 }
 
+// TestMountErrorsSayItOnce checks that the errors of Mount and Unmount
+// name the operation and the mountpoint once, with the cause after them.
+func TestMountErrorsSayItOnce(t *testing.T) {
+	mp, _ := mountTest(t, testArchive(), Options{})
+	idle := t.TempDir()
+	tests := []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"mount over a mount", func() error {
+			server, err := Mount(mp, testArchive(), Options{Name: testFSName})
+			if err == nil {
+				unmountAndWait(t, mp, server)
+			}
+			return err
+		}, "mount " + mp + ": fs: already mounted (a fuse." + testFSName + " filesystem)"},
+		{"unmount what is not mounted", func() error { return Unmount(idle) },
+			"unmount " + idle + ": fs: not mounted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.run(); err == nil || err.Error() != tt.want {
+				t.Errorf("got %v, want %s", err, tt.want)
+			}
+		})
+	}
+}
+
 // lockedBuffer is a bytes.Buffer safe for concurrent writers.
 type lockedBuffer struct {
 	mu  sync.Mutex

@@ -44,16 +44,16 @@ var (
 func Unmount(mountpoint string) error {
 	target, err := mountTarget(mountpoint)
 	if err != nil {
-		return fmt.Errorf("fs: unmount %s: %w", mountpoint, err)
+		return fmt.Errorf("unmount %s: %w", mountpoint, err)
 	}
 	fstype, found, err := mountType(target)
 	switch {
 	case err != nil:
-		return fmt.Errorf("fs: unmount %s: %w", mountpoint, err)
+		return fmt.Errorf("unmount %s: %w", mountpoint, err)
 	case !found:
-		return fmt.Errorf("fs: unmount %s: %w", mountpoint, ErrNotMounted)
+		return fmt.Errorf("unmount %s: %w", mountpoint, ErrNotMounted)
 	case !isFUSE(fstype):
-		return fmt.Errorf("fs: unmount %s: %w (type %s)", mountpoint, ErrNotFUSE, fstype)
+		return fmt.Errorf("unmount %s: %w (type %s)", mountpoint, ErrNotFUSE, fstype)
 	}
 
 	err = unix.Unmount(target, 0)
@@ -62,15 +62,15 @@ func Unmount(mountpoint string) error {
 		return nil
 	case unix.EBUSY:
 		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("fs: unmount %s: busy, and lazy detach failed: %w", mountpoint, err)
+			return fmt.Errorf("unmount %s: busy, and lazy detach failed: %w", mountpoint, err)
 		}
 		return busyError(mountpoint)
 	case unix.EINVAL:
-		return fmt.Errorf("fs: unmount %s: %w", mountpoint, ErrNotMounted)
+		return fmt.Errorf("unmount %s: %w", mountpoint, ErrNotMounted)
 	case unix.EPERM:
 		return fusermountUnmount(mountpoint, target)
 	default:
-		return fmt.Errorf("fs: unmount %s: %w", mountpoint, err)
+		return fmt.Errorf("unmount %s: %w", mountpoint, err)
 	}
 }
 
@@ -86,7 +86,7 @@ func fusermountUnmount(mountpoint, target string) error {
 	bin, err := exec.LookPath("fusermount3")
 	if err != nil {
 		if bin, err = exec.LookPath("fusermount"); err != nil {
-			return fmt.Errorf("fs: unmount %s: not permitted, and no fusermount3 to ask: %w", mountpoint, err)
+			return fmt.Errorf("unmount %s: not permitted, and no fusermount3 to ask: %w", mountpoint, err)
 		}
 	}
 	out, err := exec.Command(bin, "-u", target).CombinedOutput()
@@ -94,11 +94,11 @@ func fusermountUnmount(mountpoint, target string) error {
 		return nil
 	}
 	if !bytes.Contains(bytes.ToLower(out), []byte("busy")) {
-		return fmt.Errorf("fs: unmount %s: %s -u: %w: %s", mountpoint, filepath.Base(bin), err, bytes.TrimSpace(out))
+		return fmt.Errorf("unmount %s: %s -u: %w: %s", mountpoint, filepath.Base(bin), err, bytes.TrimSpace(out))
 	}
 	out, err = exec.Command(bin, "-u", "-z", target).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("fs: unmount %s: busy, and %s -u -z failed: %w: %s", mountpoint, filepath.Base(bin), err, bytes.TrimSpace(out))
+		return fmt.Errorf("unmount %s: busy, and %s -u -z failed: %w: %s", mountpoint, filepath.Base(bin), err, bytes.TrimSpace(out))
 	}
 	return busyError(mountpoint)
 }

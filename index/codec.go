@@ -279,7 +279,9 @@ func newPass(r io.Reader, c Codec, rec *recorder) (passDecoder, func(), error) {
 // sniffStream tells the codec of the stream in p from its first bytes.
 // Skippable frames at the start (zstd and lz4 share them) are looked past
 // to the first real frame. It returns 0 and the bytes it saw when it knows
-// no codec.
+// no codec; first bytes that match none, or are zeros (an empty tar, or
+// the system area of an ISO 9660 image), make it read 32 KiB ahead to
+// tell an ISO image (peekISO).
 func sniffStream(p *peekReader) (Codec, []byte, error) {
 	head, err := p.peek(1024)
 	if err != nil {
@@ -302,10 +304,22 @@ func sniffStream(p *peekReader) (Codec, []byte, error) {
 			off = next
 			continue
 		}
-		if c := sniff(b); c != 0 {
-			return c, head, nil
+		c := sniff(b)
+		if off == 0 && (c == 0 || c == CodecNone && !looksLikeTar(b[:512])) {
+			// Unknown, or zero blocks: an empty tar, or the system
+			// area of an ISO 9660 image.
+			h, iso, err := peekISO(p)
+			switch {
+			case err != nil:
+				return 0, nil, err
+			case iso || c == 0:
+				return 0, h, nil
+			}
 		}
-		return 0, b, nil
+		if c == 0 {
+			return 0, b, nil
+		}
+		return c, head, nil
 	}
 }
 

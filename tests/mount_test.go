@@ -433,7 +433,7 @@ func TestBadInputs(t *testing.T) {
 		{"text", write("notes.txt", []byte("hello, this is not an archive\n")), mnt, "not a tar archive"},
 		{"gzip of text", write("text.gz", tarbuild.Gzip(bytes.Repeat([]byte("text "), 1000))), mnt, "does not hold a tar archive"},
 		{"empty", write("empty", nil), mnt, "empty"},
-		{"missing file", filepath.Join(work, "nope.tar.gz"), mnt, "not found"},
+		{"missing file", filepath.Join(work, "nope.tar.gz"), mnt, "nope.tar.gz: no such file"},
 		{"bad scheme", "ftp://example.com/a.tar", mnt, "ftp"},
 		{"missing mountpoint", good, filepath.Join(work, "no-such-dir"), "mountpoint"},
 		{"mountpoint is a file", good, good, "not a directory"},
@@ -464,6 +464,9 @@ func TestBadInputs(t *testing.T) {
 			if !strings.HasPrefix(last, "tarmount: ") || !strings.Contains(strings.ToLower(last), tc.want) {
 				t.Errorf("got last line %q, want a tarmount: error mentioning %q", last, tc.want)
 			}
+			if p := repeatedPart(last); p != "" {
+				t.Errorf("got last line %q, which says %q twice, want each part once", last, p)
+			}
 			if strings.Contains(string(out), "goroutine ") || strings.Contains(string(out), "panic") {
 				t.Errorf("output has a Go stack:\n%s", out)
 			}
@@ -474,7 +477,22 @@ func TestBadInputs(t *testing.T) {
 	}
 }
 
-// TestMountpointInUse checks that mounting over a live mount is refused.
+// repeatedPart returns a part of an error line, as ": " separates them,
+// that the line holds more than once ("mount m: fs: mount m: fs: ..."
+// holds "mount m" and "fs" twice), or "".
+func repeatedPart(line string) string {
+	seen := make(map[string]bool)
+	for _, p := range strings.Split(line, ": ") {
+		if seen[p] {
+			return p
+		}
+		seen[p] = true
+	}
+	return ""
+}
+
+// TestMountpointInUse checks that mounting over a live mount is refused,
+// in a message that says each part once.
 func TestMountpointInUse(t *testing.T) {
 	needFUSE(t)
 	work := t.TempDir()
@@ -486,6 +504,11 @@ func TestMountpointInUse(t *testing.T) {
 	out, err := exec.Command(binary, archive, m.dir, "--mount-name", testMountName, "--cache-dir", filepath.Join(work, "cache")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "already mounted") {
 		t.Errorf("second mount on a live mountpoint: err %v, output %q; want it refused", err, out)
+	}
+	outLines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := outLines[len(outLines)-1]
+	if p := repeatedPart(last); p != "" {
+		t.Errorf("second mount on a live mountpoint: got %q, which says %q twice, want each part once", last, p)
 	}
 	if _, err := os.Stat(filepath.Join(m.dir, corpus.PathReadme)); err != nil {
 		t.Errorf("first mount damaged: %v", err)

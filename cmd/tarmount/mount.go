@@ -157,7 +157,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	}
 	server, err := tfs.Mount(mountpoint, a.Tree(), fsOpts)
 	if err != nil {
-		return fmt.Errorf("mount %s: %w", mountpoint, err)
+		return err // it names the mountpoint
 	}
 	if bg != nil {
 		bg.Run()
@@ -208,7 +208,7 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	}
 	if err := tfs.Unmount(mountpoint); err != nil {
 		if !errors.Is(err, tfs.ErrBusy) {
-			return fmt.Errorf("unmount %s: %w", mountpoint, err)
+			return err // it names the mountpoint
 		}
 		log.Warn("mount busy: detached lazily; it goes away when the last file is closed", "path", mountpoint)
 	}
