@@ -515,6 +515,40 @@ func TestMountpointInUse(t *testing.T) {
 	}
 }
 
+// TestNonemptyMountpoint: a mount over a directory that holds something
+// warns, naming it, and mounts; --nonempty mounts without the warning.
+func TestNonemptyMountpoint(t *testing.T) {
+	needFUSE(t)
+	work := t.TempDir()
+	archive := filepath.Join(work, "a.tar")
+	if err := os.WriteFile(archive, tarbuild.Tar(tarbuild.Member{Name: "f", Body: "in the archive"}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		warn bool
+	}{{nil, true}, {[]string{"--nonempty"}, false}} {
+		dir := filepath.Join(t.TempDir(), "mnt")
+		os.Mkdir(dir, 0o755)
+		if err := os.WriteFile(filepath.Join(dir, "hidden"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m := startMount(t, nil, dir, archive, append([]string{"--cache-dir", filepath.Join(work, "cache")}, tc.args...)...)
+		if err := m.waitReady(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(b) != "in the archive" {
+			t.Errorf("%v: the mount does not serve the archive: %q, %v", tc.args, b, err)
+		}
+		log := m.stderr.String()
+		warned := strings.Contains(log, "mountpoint is not empty") && strings.Contains(log, "path="+dir)
+		if warned != tc.warn {
+			t.Errorf("%v: warned %v, want %v:\n%s", tc.args, warned, tc.warn, log)
+		}
+		m.stop(t)
+	}
+}
+
 // TestParallelReads reads random ranges of the big files through the mount
 // from 64 goroutines at once, with O_DIRECT for half of them so that the
 // reads reach tarmount instead of the page cache, and compares every byte.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/archive"
 	tfs "github.com/tarmount/tarmount/fs"
@@ -94,6 +95,9 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 		return fmt.Errorf("mountpoint: %w", err)
 	} else if !st.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", mountpoint)
+	}
+	if !c.nonempty && !emptyDir(mountpoint) && !isMountpoint(mountpoint) {
+		log.Warn("mountpoint is not empty: what it holds is hidden while mounted (--nonempty: no warning)", "path", mountpoint)
 	}
 	if c.mat.dir != "" {
 		if err := outsideMountpoint(c.mat.dir, mountpoint); err != nil {
@@ -215,6 +219,28 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	<-done
 	log.Info("unmounted", "path", mountpoint)
 	return passErr
+}
+
+// emptyDir reports whether dir holds nothing (or cannot be read, which
+// the mount will say).
+func emptyDir(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) == 0
+}
+
+// isMountpoint reports whether dir is the root of a mount (its device is
+// not its parent's): a mount on it is refused later, with its reason.
+func isMountpoint(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Join(dir, ".."), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
 }
 
 // outsideMountpoint refuses a --materialize DIR that is the mountpoint or
