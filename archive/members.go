@@ -35,6 +35,40 @@ func (a *Archive) Lookup(p string) (index.EntryID, error) {
 	return id, nil
 }
 
+// Expand returns patterns with each shell-style glob (*, ?, [...], as
+// path.Match reads them: * and ? do not cross a slash) replaced by the
+// paths of the members it matches, in the order ls lists them. A pattern
+// that names a member as it is stays itself; one that matches nothing is
+// an error, as a missing file is.
+func (a *Archive) Expand(patterns []string) ([]string, error) {
+	ix := a.Index()
+	var out []string
+	for _, p := range patterns {
+		clean := CleanMember(p)
+		if _, ok := ix.LookupPath(clean); ok || !strings.ContainsAny(p, "*?[") {
+			out = append(out, p)
+			continue
+		}
+		if _, err := path.Match(clean, ""); err != nil {
+			return nil, fmt.Errorf("%s: pattern %q: %w", a, p, err)
+		}
+		n := len(out)
+		err := index.Walk(ix, "", index.RootID, func(name []byte, _ index.EntryID, _ *index.Entry, _ bool) error {
+			if ok, _ := path.Match(clean, string(name)); ok && len(name) > 0 {
+				out = append(out, string(name))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(out) == n {
+			return nil, fmt.Errorf("%s: no member matches %s: %w", a, p, fs.ErrNotExist)
+		}
+	}
+	return out, nil
+}
+
 // Cat writes the data of each path (regular files; symlinks are not
 // followed) to w, fetching only the spans that hold it.
 func (a *Archive) Cat(ctx context.Context, w io.Writer, paths ...string) error {

@@ -253,3 +253,54 @@ func tarInput(t *testing.T, archive string, spec tarbuild.Spec) string {
 	}
 	return out
 }
+
+// TestInspectGlobs: ls, stat, cat and get take shell-style globs (* and ?
+// within one component), expanded in the order ls lists names; a name
+// with a '*' of its own is still found as it is; a glob that matches
+// nothing fails as a missing file does.
+func TestInspectGlobs(t *testing.T) {
+	work := t.TempDir()
+	archive := filepath.Join(work, "a.tar.gz")
+	body := func(n string) tarbuild.Member { return tarbuild.Member{Name: n, Body: "<" + n + ">"} }
+	data := tarbuild.Tar(body("pkg/b.md"), body("pkg/a.md"), body("pkg/c.txt"), body("pkg/sub/d.md"), body("star*name"))
+	if err := os.WriteFile(archive, tarbuild.Gzip(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := []string{"--cache-dir", filepath.Join(work, "cache")}
+	run := func(args ...string) ran { return runBinary(t, nil, false, append(args, cache...)...) }
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cat", archive, "pkg/*.md"}, "<pkg/a.md><pkg/b.md>"},
+		{[]string{"cat", archive, "pkg/?.txt", "pkg/*/*.md"}, "<pkg/c.txt><pkg/sub/d.md>"},
+		{[]string{"cat", archive, "star*name"}, "<star*name>"},
+		{[]string{"ls", archive, "pkg/*.md"}, "pkg/a.md\npkg/b.md\n"},
+		{[]string{"ls", archive, "p*"}, "pkg/\npkg/a.md\npkg/b.md\npkg/c.txt\npkg/sub/\npkg/sub/d.md\n"},
+	} {
+		r := run(tc.args...)
+		if r.err != nil || r.stdout != tc.want {
+			t.Errorf("%q: got %q, %v, want %q\n%s", tc.args[:1], r.stdout, r.err, tc.want, r.stderr)
+		}
+	}
+	r := run("stat", "--json", archive, "pkg/[ab].md")
+	if r.err != nil || strings.Count(r.stdout, `"path":"pkg/`) != 2 {
+		t.Errorf("stat --json pkg/[ab].md: got %q, %v, want two objects", r.stdout, r.err)
+	}
+	out := filepath.Join(work, "out")
+	if r := run("get", archive, "pkg/*.md", "-C", out); r.err != nil {
+		t.Fatalf("get: %v\n%s", r.err, r.stderr)
+	}
+	for _, n := range []string{"pkg/a.md", "pkg/b.md"} {
+		if b, err := os.ReadFile(filepath.Join(out, n)); err != nil || string(b) != "<"+n+">" {
+			t.Errorf("get: %s: got %q, %v", n, b, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "pkg", "c.txt")); err == nil {
+		t.Errorf("get pkg/*.md wrote pkg/c.txt")
+	}
+	r = run("cat", archive, "nothing/*")
+	if r.err == nil || !strings.Contains(r.stderr, "no member matches nothing/*") {
+		t.Errorf("cat nothing/*: got %v, stderr %q; want a failure naming the pattern", r.err, r.stderr)
+	}
+}

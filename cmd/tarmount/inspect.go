@@ -115,7 +115,10 @@ func inspectCmd(ctx context.Context, cmd string, pos []string, c *config, log *s
 		return err
 	}
 	defer a.Close()
-	paths := pos[1:]
+	paths, err := a.Expand(pos[1:])
+	if err != nil {
+		return err
+	}
 	switch cmd {
 	case "ls":
 		return a.List(ctx, stdout, c.inspect.listFormat(), paths...)
