@@ -203,6 +203,7 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 		if ix, hit, err := pre.load(a.saved); err == nil && fits(ix.Source, id, fetch.IsLocal(a.base)) {
 			log.Debug("index loaded", "path", a.saved, "preloaded", hit)
 			a.ix, a.from = ix, FromCache
+			touchSaved(a.saved)
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			log.Warn("saved index unusable, rebuilding", "path", a.saved, "err", err)
 		}
@@ -220,9 +221,7 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 		case err == nil:
 			log.Info("index embedded in the archive", "src", a.base.String(), "entries", ix.Len())
 			a.ix, a.from = ix, FromEmbedded
-			if err := a.ix.Save(a.saved); err != nil {
-				log.Warn("could not save index", "path", a.saved, "err", err)
-			}
+			a.saveIndex(ix, nil)
 		case !errors.Is(err, index.ErrNoEmbeddedIndex):
 			log.Warn("embedded index unusable, indexing", "src", a.base.String(), "err", err)
 		}

@@ -152,9 +152,7 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 		saved := make(chan struct{})
 		go func() {
 			defer close(saved)
-			if err := ix.Save(a.saved); err != nil {
-				a.log.Warn("could not save index", "path", a.saved, "err", err)
-			}
+			a.saveIndex(ix, nil)
 		}()
 		defer func() { <-saved }()
 	}

@@ -153,9 +153,7 @@ func (a *Archive) build(ctx context.Context, live *index.Live, stage func(*tarsc
 		}
 	}
 	a.ix, a.from = ix, FromBuilt
-	if err := ix.Save(a.saved); err != nil {
-		a.log.Warn("could not save index", "path", a.saved, "err", err)
-	}
+	a.saveIndex(ix, nil)
 	return nil
 }
 

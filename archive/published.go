@@ -146,9 +146,7 @@ func (a *Archive) useSidecar(side *remoteIndex, id fetch.Identity) {
 	a.ix, a.from = ix, FromSidecar
 	// Saved as fetched: encoding it again would cost the boot tens of
 	// milliseconds.
-	if err := index.SaveFile(a.saved, side.data); err != nil {
-		log.Warn("could not save index", "path", a.saved, "err", err)
-	}
+	a.saveIndex(ix, side.data)
 }
 
 // Publish writes the archive's index beside it, as its published index

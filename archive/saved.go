@@ -47,6 +47,23 @@ func savedPrefix(dir, name string) string {
 	return filepath.Join(dir, "indexes", hex.EncodeToString(h[:8])+"-")
 }
 
+// saveIndex saves ix (data, its encoding, when not nil) as the saved
+// index of this version of the archive, with the archive's name beside
+// it for cache ls.
+func (a *Archive) saveIndex(ix *index.Index, data []byte) {
+	var err error
+	if data != nil {
+		err = index.SaveFile(a.saved, data)
+	} else {
+		err = ix.Save(a.saved)
+	}
+	if err != nil {
+		a.log.Warn("could not save index", "path", a.saved, "err", err)
+		return
+	}
+	rememberName(a.opts.CacheDir, a.base.String())
+}
+
 // NewestSaved is the most recently saved index of the source named name
 // (fetch.Name) in the cache directory dir, whatever version of the
 // archive it was built for; "" when there is none. The source's identity

@@ -230,7 +230,7 @@ func DiskCacheable(id Identity) bool {
 // did. An entry that fails verification is removed and reported as a
 // miss. After a miss the contents of p are unspecified.
 func (d *DiskCache) Get(key string, off int64, p []byte) bool {
-	if !validDiskKey(key) || off < 0 || len(p) == 0 {
+	if !ValidKey(key) || off < 0 || len(p) == 0 {
 		return false
 	}
 	path := d.entryPath(key, off, len(p))
@@ -314,7 +314,7 @@ func (d *DiskCache) Put(key string, off int64, data []byte) error {
 
 func (d *DiskCache) put(key string, off int64, data []byte) error {
 	switch {
-	case !validDiskKey(key):
+	case !ValidKey(key):
 		return fmt.Errorf("disk cache: bad key %q", key)
 	case off < 0 || len(data) == 0:
 		return fmt.Errorf("disk cache: bad range %d+%d", off, len(data))
@@ -457,7 +457,7 @@ func (d *DiskCache) scanLocked(need int64) {
 	var total int64
 	now := time.Now()
 	for _, obj := range objs {
-		if !obj.IsDir() || !validDiskKey(obj.Name()) {
+		if !obj.IsDir() || !ValidKey(obj.Name()) {
 			continue
 		}
 		objDir := filepath.Join(d.dir, obj.Name())
@@ -510,7 +510,7 @@ func (d *DiskCache) scanLocked(need int64) {
 // Whole returns the path of the complete whole copy of the object key of
 // size bytes, if there is one, and marks it used.
 func (d *DiskCache) Whole(key string, size int64) (string, bool) {
-	if !validDiskKey(key) {
+	if !ValidKey(key) {
 		return "", false
 	}
 	path := filepath.Join(d.dir, key, diskWholeName)
@@ -530,7 +530,7 @@ func (d *DiskCache) Whole(key string, size int64) (string, bool) {
 // and returns its path. An object larger than MaxBytes is refused with
 // ErrTooLarge. r must yield exactly size bytes.
 func (d *DiskCache) KeepWhole(key string, size int64, r io.Reader) (string, error) {
-	if !validDiskKey(key) {
+	if !ValidKey(key) {
 		return "", fmt.Errorf("disk cache: bad key %q", key)
 	}
 	if size > d.maxBytes {
@@ -585,9 +585,9 @@ func parseEntryName(name string) (off, n int64, ok bool) {
 	return off, n, err1 == nil && err2 == nil && off >= 0 && n > 0
 }
 
-// validDiskKey accepts what Identity.Key returns: 32 lower-case hex
-// digits, safe as a file name.
-func validDiskKey(key string) bool {
+// ValidKey reports whether key is what Identity.Key returns: 32
+// lower-case hex digits, safe as a file name.
+func ValidKey(key string) bool {
 	if len(key) != diskKeyLen {
 		return false
 	}

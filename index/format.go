@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -352,15 +354,68 @@ func (d *decoder) count(what string, minSize int) int {
 	return int(v)
 }
 
+// Head is what the start of an index file says: the identity of the
+// archive it was built for, its codec and the size of its tar stream.
+type Head struct {
+	Source  fetch.Identity
+	Codec   Codec
+	TarSize int64
+}
+
+// ReadHead reads the head of the index file at path without loading the
+// index (which may be large): what tarmount cache ls shows of each.
+func ReadHead(path string) (Head, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Head{}, err
+	}
+	defer f.Close()
+	var hdr [headerSize]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil || !bytes.Equal(hdr[:16], magic[:]) {
+		return Head{}, fmt.Errorf("%w: %s is not a tarmount index", ErrBadIndex, path)
+	}
+	if v := binary.LittleEndian.Uint32(hdr[16:]); v != formatVersion {
+		return Head{}, fmt.Errorf("%w: %s: version %d (this tarmount reads %d)", ErrVersion, path, v, formatVersion)
+	}
+	body := io.LimitReader(f, int64(binary.LittleEndian.Uint64(hdr[24:]))) // not the checksum after it
+	dec, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxPayload))
+	if err != nil {
+		return Head{}, err
+	}
+	defer dec.Close()
+	// The identity's strings are bounded by the decoder's checks; 64 KiB
+	// holds any head an index of ours starts with.
+	buf := make([]byte, 64<<10)
+	n, err := io.ReadFull(dec, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return Head{}, fmt.Errorf("%w: %s: %v", ErrBadIndex, path, err)
+	}
+	d := &decoder{buf: buf[:n]}
+	var h Head
+	h.Source = decodeIdentity(d)
+	h.Codec = Codec(d.byte("codec"))
+	h.TarSize = int64(d.bounded("tar size", math.MaxInt64))
+	if d.err != nil {
+		return Head{}, fmt.Errorf("%s: %w", path, d.err)
+	}
+	return h, nil
+}
+
+func decodeIdentity(d *decoder) fetch.Identity {
+	var id fetch.Identity
+	id.Size = int64(d.bounded("size", math.MaxInt64))
+	id.ETag = d.raw("etag")
+	if lm := d.varint("last-modified"); lm != 0 {
+		id.LastModified = time.Unix(0, lm)
+	}
+	id.VersionID = d.raw("version id")
+	return id
+}
+
 func decodePayload(p []byte) (*Index, error) {
 	d := &decoder{buf: p}
 	ix := &Index{}
-	ix.Source.Size = int64(d.bounded("size", math.MaxInt64))
-	ix.Source.ETag = d.raw("etag")
-	if lm := d.varint("last-modified"); lm != 0 {
-		ix.Source.LastModified = time.Unix(0, lm)
-	}
-	ix.Source.VersionID = d.raw("version id")
+	ix.Source = decodeIdentity(d)
 	ix.Codec = Codec(d.byte("codec"))
 	ix.TarSize = int64(d.bounded("tar size", math.MaxInt64))
 	ix.Span = int64(d.bounded("span", math.MaxInt64))

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/inflate"
@@ -418,15 +417,6 @@ func (l *partialLog) Close() error {
 func (l *partialLog) Remove() error {
 	l.f.Close()
 	return os.Remove(l.path)
-}
-
-func decodeIdentity(d *decoder) fetch.Identity {
-	id := fetch.Identity{Size: int64(d.uvarint("size")), ETag: d.raw("etag")}
-	if lm := d.varint("last-modified"); lm != 0 {
-		id.LastModified = time.Unix(0, lm)
-	}
-	id.VersionID = d.raw("version id")
-	return id
 }
 
 func encodeHeader(e *encoder, h *tarscan.Header) {

@@ -55,7 +55,7 @@ func parseCLI(args ...string) (*app, *cobra.Command, []string, error) {
 	return a, c, pos, nil
 }
 
-var commands = []string{"mount", "extract", "index", "ls", "stat", "cat", "get", "pack", "unmount", "status", "version"}
+var commands = []string{"mount", "extract", "index", "ls", "stat", "cat", "get", "pack", "unmount", "status", "cache", "version"}
 
 // TestHelp: every command's --help goes to stdout with exit 0 and says
 // its usage, examples and its own flags, not the others'.
@@ -459,5 +459,27 @@ func TestParseID(t *testing.T) {
 		if err := parseID(bad, &id); err == nil {
 			t.Errorf("parseID(%q): got %d, want an error", bad, *id)
 		}
+	}
+}
+
+// TestCacheCommands: cache ls of an empty cache, and what cache prune and
+// rm refuse (the cache's contents: archive.TestCacheVersions).
+func TestCacheCommands(t *testing.T) {
+	dir := t.TempDir()
+	out, errOut, code := runCLI("cache", "ls", "--cache-dir", dir)
+	if code != 0 || !strings.HasPrefix(out, "LAST USED") || strings.Count(out, "\n") != 1 {
+		t.Errorf("cache ls of an empty cache: exit %d, %q, %q", code, out, errOut)
+	}
+	if out, _, code := runCLI("cache", "ls", "--json", "--cache-dir", dir); code != 0 || out != "" {
+		t.Errorf("cache ls --json of an empty cache: exit %d, %q", code, out)
+	}
+	if _, errOut, code := runCLI("cache", "prune", "--cache-dir", dir); code != 1 || !strings.Contains(errOut, "want --older-than or --max-size") {
+		t.Errorf("cache prune: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := runCLI("cache", "rm", "https://example.com/a.tar", "--cache-dir", dir); code != 1 || !strings.Contains(errOut, "nothing cached") {
+		t.Errorf("cache rm of an archive not cached: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := runCLI("cache", "prune", "--max-size", "1GiB", "--older-than", "720h", "--cache-dir", dir); code != 0 || !strings.Contains(errOut, "removed 0 versions") {
+		t.Errorf("cache prune of an empty cache: exit %d, %q", code, errOut)
 	}
 }

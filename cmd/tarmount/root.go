@@ -97,7 +97,7 @@ func newRoot(a *app) *cobra.Command {
 		&cobra.Group{ID: "mount", Title: "Commands about a mount:"})
 	root.AddCommand(newMountCmd(a), newExtractCmd(a), newIndexCmd(a), newLsCmd(a), newStatCmd(a),
 		newCatCmd(a), newGetCmd(a), newPackCmd(a), newUnmountCmd(a), newStatusCmd(a),
-		newVersionCmd(a), newDocsCmd(a))
+		newCacheCmd(a), newVersionCmd(a), newDocsCmd(a))
 	oldNames(root.PersistentFlags())
 	for _, c := range append(root.Commands(), root) {
 		oldNames(c.Flags())
