@@ -353,9 +353,15 @@ func (a *Archive) openReader() {
 	log := a.log
 	localPath := a.decodedPath()
 	if a.ix.StreamOnly() {
-		log.Warn("stream-only archive: "+a.ix.Codec.StreamOnlyReason()+"; reads are served from its decoded copy on disk. "+
-			"For random access from the archive itself, make a seekable one: tarmount pack URL -o OUT.tar.zst",
-			"src", a.base.String(), "path", localPath, "len", a.ix.TarSize)
+		// Once per version of the archive: later opens say it at Debug.
+		level, marker := slog.LevelWarn, warnedPath(a.saved)
+		if _, err := os.Stat(marker); err == nil {
+			level = slog.LevelDebug
+		} else if f, err := os.Create(marker); err == nil {
+			f.Close()
+		}
+		log.Log(context.Background(), level, "stream-only archive: reads come from its decoded copy; tarmount pack makes one that is seekable",
+			"why", a.ix.Codec.StreamOnlyReason(), "src", a.base.String(), "path", localPath)
 	}
 	// Through the blocks (index.BlockSource): a compressed span is
 	// fetched with one exact range request (kept on disk when there is a

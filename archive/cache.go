@@ -20,6 +20,7 @@ import (
 //
 //	indexes/NAMEHASH-KEY.idx      its saved index (saved.go)
 //	indexes/NAMEHASH-KEY.partial  the partial index of a pass that stopped
+//	indexes/NAMEHASH-KEY.warned   says the stream-only warning was given
 //	indexes/NAMEHASH.name         the archive's name (fetch.Name), for cache ls
 //	blocks/KEY/...                fetched blocks, shared by every name of KEY
 //	decoded/NAMEHASH-KEY.tar      the decoded copy of a stream-only archive
@@ -96,6 +97,10 @@ func rememberName(cacheDir, name string) {
 	os.Remove(f.Name())
 }
 
+// warnedPath is the marker beside the saved index at saved that says the
+// stream-only warning was given for that version.
+func warnedPath(saved string) string { return strings.TrimSuffix(saved, ".idx") + ".warned" }
+
 // touchSaved marks the saved index at path used now (at most once an
 // hour), for cache ls and prune.
 func touchSaved(path string) {
@@ -132,7 +137,7 @@ func CachedVersions(cacheDir string) ([]CachedVersion, error) {
 	}
 	for _, e := range ents {
 		nameHash, key, ext, ok := splitCacheName(e.Name())
-		if !ok || (ext != ".idx" && ext != ".partial") {
+		if !ok || (ext != ".idx" && ext != ".partial" && ext != ".warned") {
 			continue
 		}
 		st, err := e.Info()
@@ -143,6 +148,9 @@ func CachedVersions(cacheDir string) ([]CachedVersion, error) {
 		p := filepath.Join(dir, e.Name())
 		add(v, p, st.ModTime())
 		keysNamed[key] = true
+		if ext == ".warned" {
+			continue
+		}
 		if ext == ".partial" {
 			v.PartialBytes = st.Size()
 			continue

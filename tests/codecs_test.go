@@ -194,3 +194,38 @@ func TestPackMountsWithoutPass(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamOnlyWarnedOnce: the warning that an archive is stream-only
+// (one zstd frame) is given once per version of the archive, not on every
+// ls; a new version is warned of again.
+func TestStreamOnlyWarnedOnce(t *testing.T) {
+	if _, err := exec.LookPath("zstd"); err != nil {
+		testutil.Missing(t, "zstd not installed")
+	}
+	work := t.TempDir()
+	plain, archive := filepath.Join(work, "a.tar"), filepath.Join(work, "a.tar.zst")
+	cache := filepath.Join(work, "cache")
+	warnings := func() int {
+		r := runBinary(t, nil, false, "ls", archive, "--cache-dir", cache, "--span", "64KiB")
+		if r.err != nil {
+			t.Fatalf("ls: %v\n%s", r.err, r.stderr)
+		}
+		return strings.Count(r.stderr, "level=WARN msg=\"stream-only archive")
+	}
+	for version, word := range []string{"one ", "two "} {
+		// Many spans of 64 KiB in one frame.
+		body := strings.Repeat(word, 1<<18)
+		if err := os.WriteFile(plain, tarbuild.Tar(tarbuild.Member{Name: "f", Body: body}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(archive)
+		if err := tarbuild.Compress(plain, archive, "zstd"); err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []int{1, 0, 0} {
+			if got := warnings(); got != want {
+				t.Errorf("version %d, ls %d: got %d warnings, want %d", version+1, i+1, got, want)
+			}
+		}
+	}
+}
