@@ -11,7 +11,7 @@ import (
 // Status is a snapshot of an archive served by a mount: what `tarmount
 // status --json` prints (the mount fills Mountpoint, PID, Started and
 // UptimeSeconds). Its field names
-// are stable (README, "Status and metrics"); new fields may be added.
+// are stable (docs/status.md); new fields may be added.
 // Byte counts are bytes; counters count since the server started.
 type Status struct {
 	Source        string    `json:"source"` // the archive's URL, without credentials or query

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tarmount on a built-in example, start to finish:
-#   builds tarmount and the test HTTP server, makes a small sample tree and
+#   installs what it lacks (scripts/deps.sh demo: fuse3, GNU tar and gzip, curl
+#   and the Go modules, nothing the tests alone need), builds tarmount and the test HTTP server, makes a small sample tree and
 #   sample.tar.gz with GNU tar, serves it on 127.0.0.1, mounts
 #   http://127.0.0.1:PORT/sample.tar.gz, reads from the mount (a listing, a text
 #   file, a 20 MiB file checked by sha256), then stops tarmount with SIGTERM
@@ -53,8 +54,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-say "checking dependencies"
-bash scripts/deps.sh
+say "checking dependencies (scripts/deps.sh demo)"
+bash scripts/deps.sh demo
 
 say "building tarmount and httpserve"
 mkdir -p "$WORK/bin" "$MNT" "$WORK/srv" "$WORK/cache"

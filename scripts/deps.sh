@@ -1,50 +1,75 @@
 #!/usr/bin/env bash
-# Installs what the tests and the demo need, and only what is missing:
-#   fusermount3 (fuse3), pigz, bsdtar (libarchive-tools), setfattr/getfattr (attr),
-#   curl, GNU tar and gzip, and the zstd, pzstd (zstd), lz4, bzip2, pbzip2, lbzip2 and xz
-#   (xz-utils) CLIs that make the codec tests' archives, tinyproxy (tinyproxy-bin: the
-#   binary alone, no service) for the proxy test; then downloads the Go modules and builds versitygw
-#   (scripts/versitygw.sh) into the user's cache directory.
+# Installs what the tests or the demo need, and only what is missing.
+#
+# The tests (no argument; scripts/test.sh): fusermount3 (fuse3), pigz, bsdtar
+#   (libarchive-tools), setfattr/getfattr (attr), curl, GNU tar and gzip, and the
+#   zstd, pzstd (zstd), lz4, bzip2, pbzip2, lbzip2 and xz (xz-utils) CLIs that make
+#   the codec tests' archives, tinyproxy (tinyproxy-bin: the binary alone, no
+#   service) for the proxy test; then downloads the Go modules and builds versitygw
+#   (scripts/versitygw.sh, a few minutes once per machine) into the user's cache
+#   directory.
+# The demo (argument "demo"; scripts/demo.sh): fusermount3 (fuse3), GNU tar and
+#   gzip, curl, and the Go modules. No versitygw: the demo serves over HTTP.
 # Idempotent and quiet on success; on failure it prints the installer's output
-# and exits (or returns, when sourced) non-zero.
+# and exits (or returns, when sourced) non-zero. With TARMOUNT_DEPS_DRY_RUN=1 it
+# installs nothing and prints what it would do, one step a line.
 #
 #   bash scripts/deps.sh        # run
+#   bash scripts/deps.sh demo   # only what the demo needs
 #   source scripts/deps.sh      # or source it from another bash script
+#   TARMOUNT_DEPS_DRY_RUN=1 bash scripts/deps.sh demo   # the steps, without taking them
 
 tarmount_deps() (
 	set -euo pipefail
 	local root
 	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+	local set="${1:-tests}"
+	local dry="${TARMOUNT_DEPS_DRY_RUN:-}"
 
 	# command -> Debian package
 	local -A pkg_of=(
 		[fusermount3]=fuse3
-		[pigz]=pigz
-		[bsdtar]=libarchive-tools
-		[setfattr]=attr
-		[getfattr]=attr
 		[curl]=curl
 		[tar]=tar
 		[gzip]=gzip
-		[zstd]=zstd
-		[pzstd]=zstd
-		[lz4]=lz4
-		[bzip2]=bzip2
-		[pbzip2]=pbzip2
-		[lbzip2]=lbzip2
-		[xz]=xz-utils
-		[tinyproxy]=tinyproxy-bin
 	)
+	case "$set" in
+	demo) ;;
+	tests)
+		pkg_of+=(
+			[pigz]=pigz
+			[bsdtar]=libarchive-tools
+			[setfattr]=attr
+			[getfattr]=attr
+			[zstd]=zstd
+			[pzstd]=zstd
+			[lz4]=lz4
+			[bzip2]=bzip2
+			[pbzip2]=pbzip2
+			[lbzip2]=lbzip2
+			[xz]=xz-utils
+			[tinyproxy]=tinyproxy-bin
+		)
+		;;
+	*)
+		echo "deps.sh: unknown set $set (want demo, or nothing for the tests)" >&2
+		return 1
+		;;
+	esac
 	local -a missing=()
 	local cmd p
 	for cmd in "${!pkg_of[@]}"; do
-		if ! command -v "$cmd" >/dev/null 2>&1; then
+		if [[ -n "$dry" ]] || ! command -v "$cmd" >/dev/null 2>&1; then
 			p="${pkg_of[$cmd]}"
 			[[ " ${missing[*]-} " == *" $p "* ]] || missing+=("$p")
 		fi
 	done
 
-	if ((${#missing[@]})); then
+	if [[ -n "$dry" ]]; then
+		local -a sorted
+		mapfile -t sorted < <(printf '%s\n' "${missing[@]}" | sort)
+		echo "apt-get install (when missing): ${sorted[*]}"
+	elif ((${#missing[@]})); then
 		local sudo=()
 		if ((EUID != 0)); then
 			if command -v sudo >/dev/null 2>&1; then
@@ -83,20 +108,30 @@ tarmount_deps() (
 		return 1
 	fi
 	cd "$root"
-	local out
-	if ! out="$(go mod download 2>&1)"; then
-		printf '%s\n' "$out" >&2
-		echo "deps.sh: go mod download failed" >&2
-		return 1
+	if [[ -n "$dry" ]]; then
+		echo "go mod download"
+	else
+		local out
+		if ! out="$(go mod download 2>&1)"; then
+			printf '%s\n' "$out" >&2
+			echo "deps.sh: go mod download failed" >&2
+			return 1
+		fi
 	fi
-	# The S3-compatible server of the s3:// tests, built once per machine.
-	bash scripts/versitygw.sh >/dev/null
+	if [[ "$set" == tests ]]; then
+		# The S3-compatible server of the s3:// tests, built once per machine.
+		if [[ -n "$dry" ]]; then
+			echo "bash scripts/versitygw.sh"
+		else
+			bash scripts/versitygw.sh >/dev/null
+		fi
+	fi
 )
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
-	tarmount_deps
+	tarmount_deps "$@"
 	exit $?
 else
-	tarmount_deps
+	tarmount_deps "$@"
 	return $?
 fi

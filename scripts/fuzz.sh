@@ -23,7 +23,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# target:package, the names test.sh and the README use.
+# target:package, the names test.sh uses.
 all=(FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index
 	FuzzBzip2Blocks:./index FuzzXzBlocks:./index FuzzUnmarshal:./index FuzzRandomAccess:./index
 	FuzzCorruptSpans:./index)

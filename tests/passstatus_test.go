@@ -23,7 +23,7 @@ import (
 )
 
 // passStatusJSON is the part of `tarmount status --json` that
-// TestStatusDuringPass checks, with the field names the README documents.
+// TestStatusDuringPass checks, with the field names docs/status.md documents.
 type passStatusJSON struct {
 	Index struct {
 		Source  string `json:"source"`

@@ -24,7 +24,7 @@ import (
 )
 
 // statusJSON is the part of `tarmount status --json` that the tests check,
-// with the field names the README documents.
+// with the field names docs/status.md documents.
 type statusJSON struct {
 	Source     string `json:"source"`
 	Mountpoint string `json:"mountpoint"`
