@@ -117,6 +117,9 @@ func (x *Extraction) Read() (consumed, size int64) {
 	return x.a.passProg.read.Load(), size
 }
 
+// Members is the number of archive members the one pass has read so far.
+func (x *Extraction) Members() int64 { return x.a.passProg.members.Load() }
+
 // Run extracts. It must be called once.
 func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 	a, ix := x.a, x.a.ix

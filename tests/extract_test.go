@@ -440,3 +440,49 @@ func TestExtractManyDirectories(t *testing.T) {
 		treecmp.Compare(t, ref, dir, treecmp.Options{SkipRoot: true, MaxErrors: 20})
 	}
 }
+
+// TestExtractProgressLines: without a terminal, a one-pass extraction
+// logs progress lines that say the phase, the percent of the archive read,
+// bytes of the archive's size, a rate, an ETA, the members read and the
+// files written; the percent grows, and the members are counted while the
+// archive is read.
+func TestExtractProgressLines(t *testing.T) {
+	work := t.TempDir()
+	src, served := filepath.Join(work, "src"), filepath.Join(work, "served")
+	os.Mkdir(served, 0o755)
+	corpus.MakeTree(t, src, corpus.TreeOptions{Many: 1000})
+	archive := filepath.Join(served, "a.tar.gz")
+	tarbuild.Archive(t, src, archive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	st, _ := os.Stat(archive)
+	// About three seconds to read.
+	h := shaped.NewHandler(served, shaped.Options{Rate: st.Size() / 3, Latency: 5 * time.Millisecond})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	r := runBinary(t, nil, false, "extract", srv.URL+"/a.tar.gz", filepath.Join(work, "x"), "--cache-dir", filepath.Join(work, "cache"),
+		"--progress-every", "300ms", "--fetch-workers", "1")
+	if r.err != nil {
+		t.Fatalf("extract: %v\n%s", r.err, r.stderr)
+	}
+	line := regexp.MustCompile(`msg=extracting phase="reading archive" done=(\d+)% bytes="[0-9.]+ MB" of="([0-9.]+) MB" rate="[0-9.]+ MB/s" eta=(\S+) members=(\d+) files=\d+`)
+	var percents []int
+	files := 0
+	for l := range strings.SplitSeq(r.stderr, "\n") {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		if want := fmt.Sprintf("%.1f", float64(st.Size())/1e6); m[2] != want {
+			t.Errorf("of=%s MB, want the archive's %s MB: %s", m[2], want, l)
+		}
+		p, _ := strconv.Atoi(m[1])
+		percents = append(percents, p)
+		n, _ := strconv.Atoi(m[4])
+		files = max(files, n)
+	}
+	if len(percents) < 3 || !slices.IsSorted(percents) || percents[len(percents)-1] == percents[0] {
+		t.Errorf("percents of the archive read: got %v, want three or more, growing\n%s", percents, r.stderr)
+	}
+	if files == 0 {
+		t.Errorf("no line counted the members read while the archive was read\n%s", r.stderr)
+	}
+}

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -24,6 +24,8 @@ type materializeFlags struct {
 	overwrite bool
 	quiet     bool
 	sync      bool
+	// progressEvery is how often progress is logged without a terminal.
+	progressEvery time.Duration
 }
 
 func newExtractCmd(a *app) *cobra.Command {
@@ -52,7 +54,8 @@ interrupted", exit 130 or 143.`,
 	}
 	fs := cmd.Flags()
 	addMaterializeFlags(fs, &a.c.mat)
-	fs.BoolVarP(&a.c.mat.quiet, "quiet", "q", false, "no progress bar or progress lines, only warnings and errors")
+	fs.BoolVarP(&a.c.mat.quiet, "quiet", "q", false, "no progress line, only warnings and errors")
+	fs.DurationVar(&a.c.mat.progressEvery, "progress-every", 5*time.Second, "without a terminal, log a progress line this often")
 	addSourceFlags(fs, &a.c)
 	return cmd
 }
@@ -78,7 +81,7 @@ func extractCmd(ctx context.Context, url, dir string, c *config, log *slog.Logge
 		}
 		return nil
 	}
-	stop := showProgress(stderr, c.mat.quiet, log, x)
+	stop := showProgress(stderr, c.mat.quiet, c.mat.progressEvery, log, x)
 	s, err := x.Run(ctx)
 	stop()
 	if err != nil {
@@ -101,22 +104,30 @@ func extractCmd(ctx context.Context, url, dir string, c *config, log *slog.Logge
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 
-// showProgress reports progress until the returned function is called: a
-// bar on a terminal, a plain line every 5 s otherwise, nothing when quiet.
-// A one-pass extraction counts archive bytes read, else file bytes
-// written.
-func showProgress(w io.Writer, quiet bool, log *slog.Logger, x *archive.Extraction) (stop func()) {
+// showProgress reports progress until the returned function is called:
+// a line redrawn in place on a terminal, a log line every 5 s otherwise,
+// nothing when quiet. Both say the same: what is being done (reading the
+// archive in a one-pass extraction, until its pass ends; then writing),
+// bytes done of the total and the percent, the rate and an ETA from the
+// rate smoothed over about ten seconds, the members read while the
+// archive is read, and the files written (of how many, once that is
+// known).
+func showProgress(w io.Writer, quiet bool, logEvery time.Duration, log *slog.Logger, x *archive.Extraction) (stop func()) {
 	if quiet {
 		return func() {}
 	}
 	prog, onePass := x.Progress(), x.OnePass()
-	// cur is how far the current phase is: reading the archive (a one
-	// pass extraction, until its pass ends), then writing.
-	cur := func() (done, total int64, reading bool) {
-		if consumed, size := x.Read(); onePass && consumed < size {
-			return consumed, size, true
+	sample := func() progressSample {
+		s := progressSample{files: prog.Files.Load()}
+		if prog.TotalsKnown.Load() {
+			s.filesTotal = prog.FilesTotal.Load()
 		}
-		return prog.Bytes.Load(), max(prog.BytesTotal.Load(), 1), false
+		if consumed, size := x.Read(); onePass && consumed < size {
+			s.phase, s.done, s.total, s.members = "reading archive", consumed, size, x.Members()
+		} else {
+			s.phase, s.done, s.total = "writing", prog.Bytes.Load(), prog.BytesTotal.Load()
+		}
+		return s
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -124,53 +135,41 @@ func showProgress(w io.Writer, quiet bool, log *slog.Logger, x *archive.Extracti
 	tty := isFile && term.IsTerminal(int(f.Fd()))
 	go func() {
 		defer close(finished)
-		if !tty {
-			t := time.NewTicker(5 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-t.C:
-					d, total, _ := cur()
-					log.Info("extracting", "done", fmt.Sprintf("%.0f%%", 100*float64(d)/float64(total)),
-						"files", prog.Files.Load(), "bytes", prog.Bytes.Load())
-				}
-			}
+		every := logEvery
+		if tty {
+			every = 200 * time.Millisecond
 		}
-		var bar *progressbar.ProgressBar
-		phase := -1
-		t := time.NewTicker(150 * time.Millisecond)
+		t := time.NewTicker(every)
 		defer t.Stop()
+		var m rateMeter
+		phase := ""
 		for {
-			d, total, reading := cur()
-			p := 1
-			if reading {
-				p = 0
-			}
-			if p != phase {
-				if bar != nil {
-					bar.Finish()
-					fmt.Fprintln(w)
-				}
-				desc := "writing"
-				if p == 0 {
-					desc = "reading archive"
-				}
-				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(w), progressbar.OptionShowBytes(true),
-					progressbar.OptionSetDescription(desc), progressbar.OptionSetPredictTime(true),
-					progressbar.OptionShowElapsedTimeOnFinish(), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100*time.Millisecond))
-				phase = p
-			}
-			bar.ChangeMax64(total)
-			bar.Describe(fmt.Sprintf("%s, %d/%d files", map[int]string{0: "reading archive", 1: "writing"}[p], prog.Files.Load(), prog.FilesTotal.Load()))
-			bar.Set64(d)
 			select {
 			case <-done:
-				bar.Finish()
-				fmt.Fprintln(w)
+				if tty && phase != "" {
+					fmt.Fprint(w, "\r\x1b[K")
+				}
 				return
-			case <-t.C:
+			case now := <-t.C:
+				s := sample()
+				if s.phase != phase {
+					m, phase = rateMeter{}, s.phase
+				}
+				rate, eta := m.update(now, s.done, s.total)
+				if tty {
+					fmt.Fprintf(w, "\r\x1b[K%s", s.line(rate, eta))
+					continue
+				}
+				attrs := []any{"phase", s.phase, "done", s.percent(), "bytes", mb(s.done), "of", mb(s.total),
+					"rate", mb(int64(rate)) + "/s", "eta", etaText(eta)}
+				if s.phase == "reading archive" {
+					attrs = append(attrs, "members", s.members)
+				}
+				attrs = append(attrs, "files", s.files)
+				if s.filesTotal > 0 {
+					attrs = append(attrs, "files_total", s.filesTotal)
+				}
+				log.Info("extracting", attrs...)
 			}
 		}
 	}()
@@ -182,4 +181,82 @@ func showProgress(w io.Writer, quiet bool, log *slog.Logger, x *archive.Extracti
 		}
 		<-finished
 	}
+}
+
+// progressSample is how far an extraction is.
+type progressSample struct {
+	phase             string
+	done, total       int64 // bytes of the phase
+	files, filesTotal int64 // written; filesTotal: 0 until known
+	members           int64 // read from the archive, while it is read
+}
+
+func (s progressSample) percent() string {
+	if s.total <= 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(min(s.done, s.total))/float64(s.total))
+}
+
+// line is the progress line of a terminal.
+func (s progressSample) line(rate float64, eta time.Duration) string {
+	files := fmt.Sprintf("%d files", s.files)
+	if s.filesTotal > 0 {
+		files = fmt.Sprintf("%d/%d files", s.files, s.filesTotal)
+	}
+	if s.members > 0 {
+		files = fmt.Sprintf("%d members read, %s", s.members, files)
+	}
+	return fmt.Sprintf("%s %4s  %s of %s  %s/s  ETA %s  %s", s.phase, s.percent(), mb(s.done), mb(s.total),
+		mb(int64(rate)), etaText(eta), files)
+}
+
+// etaText writes an ETA to the second; negative means unknown.
+func etaText(eta time.Duration) string {
+	if eta < 0 {
+		return "?"
+	}
+	return eta.Round(time.Second).String()
+}
+
+// rateMeter smooths a rate of progress: an exponential moving average
+// over about ten seconds, so that the ETA it gives does not jump with each
+// burst or stall of the network.
+type rateMeter struct {
+	start, last time.Time
+	lastDone    int64
+	rate        float64 // bytes per second
+}
+
+// rateWindow is the time constant of the average.
+const rateWindow = 10 * time.Second
+
+// update takes the bytes done at now, of total, and returns the smoothed
+// rate and the time left at it (-1 until it is known: the first second).
+func (m *rateMeter) update(now time.Time, done, total int64) (rate float64, eta time.Duration) {
+	if m.start.IsZero() {
+		m.start, m.last, m.lastDone = now, now, done
+		return 0, -1
+	}
+	dt := now.Sub(m.last).Seconds()
+	if dt <= 0 {
+		return m.rate, m.eta(now, done, total)
+	}
+	inst := float64(done-m.lastDone) / dt
+	// Until the window has passed, the plain average since the start.
+	if since := now.Sub(m.start).Seconds(); since < rateWindow.Seconds() {
+		m.rate = m.rate*(1-dt/since) + float64(done-m.lastDone)/since
+	} else {
+		a := 1 - math.Exp(-dt/rateWindow.Seconds())
+		m.rate += a * (inst - m.rate)
+	}
+	m.last, m.lastDone = now, done
+	return m.rate, m.eta(now, done, total)
+}
+
+func (m *rateMeter) eta(now time.Time, done, total int64) time.Duration {
+	if now.Sub(m.start) < time.Second || m.rate <= 0 || total <= 0 {
+		return -1
+	}
+	return time.Duration(float64(max(total-done, 0)) / m.rate * float64(time.Second))
 }
