@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -528,7 +529,7 @@ func decodePayload(p []byte) (*Index, error) {
 		}
 		for i := 0; i < k && d.err == nil; i++ {
 			n := Note{Message: d.raw("note"), Reason: d.raw("note"), Count: int(d.bounded("note", math.MaxInt32)), Example: d.raw("note")}
-			if n.Message != noteSkipped && n.Message != noteRenamed && n.Message != noteIgnored {
+			if !slices.Contains([]string{noteSkipped, noteRenamed, noteIgnored, noteDated}, n.Message) {
 				d.fail("note")
 			}
 			ix.Notes = append(ix.Notes, n)

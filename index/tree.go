@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/tarmount/tarmount/index/tarscan"
 )
@@ -27,6 +28,9 @@ type builder struct {
 	names   map[dirName]EntryID // every live name -> entry
 	full    map[EntryID]bool    // directories that have children
 	notes   map[noteKey]*Note
+	// now is when the build started, as tar -x compares times with the
+	// start of the extraction.
+	now int64
 	// newID maps entries to their ids in the finished index (noEntry for
 	// those it leaves out); set by finish.
 	newID []EntryID
@@ -57,6 +61,7 @@ func newBuilder(log *slog.Logger) *builder {
 		names: map[dirName]EntryID{},
 		full:  map[EntryID]bool{},
 		notes: map[noteKey]*Note{},
+		now:   time.Now().Unix(),
 	}
 	b.entries = append(b.entries, bentry{Entry: Entry{Type: TypeDir, Mode: 0o755}})
 	return b
@@ -219,6 +224,18 @@ func (b *builder) add(h *tarscan.Header) error {
 	if !ok {
 		b.skip("name contains ..", h.Name)
 		return nil
+	}
+	// The times tar -x warns of as it sets them.
+	for _, t := range []tarscan.Time{h.MTime, h.ATime} {
+		switch {
+		case t.Sec < 0:
+			b.note(noteDated, "implausibly old time stamp", h.Name)
+		case t.Sec > b.now:
+			b.note(noteDated, "time stamp in the future", h.Name)
+		default:
+			continue
+		}
+		break
 	}
 	if _, prefix := gnuSuffix(h.Name); prefix != "" {
 		b.note(noteRenamed, "removing leading `"+prefix+"' from member names", h.Name)
@@ -496,8 +513,8 @@ func (b *builder) finish() error {
 // Note is one kind of member that the index left out or renamed, as tar -x
 // does and warns of: how many there were, and the first.
 type Note struct {
-	// Message says what happened: noteSkipped, noteRenamed or
-	// noteIgnored.
+	// Message says what happened: noteSkipped, noteRenamed, noteIgnored
+	// or noteDated.
 	Message string
 	// Reason is why, in tar's words ("name contains ..", "removing
 	// leading `/' from member names").
@@ -511,6 +528,7 @@ const (
 	noteSkipped = "skipped archive members"
 	noteRenamed = "renamed archive members"
 	noteIgnored = "ignored archive records"
+	noteDated   = "archive members dated oddly"
 )
 
 // maxNotes bounds the notes an index file may hold (one per kind).

@@ -17,7 +17,8 @@ import (
 
 // TestGNUWarnings: what GNU tar 1.34 warns of when it extracts an archive
 // (unknown pax keywords, leading prefixes removed from names and hard
-// link targets, names with "..") tarmount says too, one line each, and
+// link targets, names with "..", time stamps before 1970 or in the
+// future) tarmount says too, one line each, and
 // nothing GNU tar does not: in a one-pass extraction, in ls from the
 // saved index, and in a mount. GNU tar's words come from running it here.
 func TestGNUWarnings(t *testing.T) {
@@ -40,6 +41,8 @@ func TestGNUWarnings(t *testing.T) {
 		{"leading prefixes", []tarbuild.Member{file("/abs"), file("//twice"), file("ok"), link("l1", "/ok"),
 			link("l2", "x/../../ok"), link("l3", "../ok")}},
 		{"dotdot names", []tarbuild.Member{file("ok"), file("../up"), file("a/../b"), file("c/..")}},
+		{"time stamps", []tarbuild.Member{{Name: "future", Body: "f", Mtime: 15023750400}, {Name: "old", Body: "o", Mtime: -1 << 31},
+			{Name: "also-future", Body: "f", Mtime: 13569465600}, file("now")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -74,6 +77,8 @@ var (
 	gnuKeyword = regexp.MustCompile("^tar: Ignoring unknown extended header keyword '(.*)'$")
 	gnuPrefix  = regexp.MustCompile("^tar: Removing leading `(.*)' from (member names|hard link targets)$")
 	gnuDotDot  = regexp.MustCompile("^tar: .*: Member name contains '..'$")
+	gnuFuture  = regexp.MustCompile(`^tar: .*: time stamp .* is [0-9.]+ s in the future$`)
+	gnuOld     = regexp.MustCompile("^tar: .*: implausibly old time stamp .*$")
 )
 
 // gnuWarnings returns GNU tar's warnings in tarmount's words: a "Removing
@@ -94,6 +99,10 @@ func gnuWarnings(out string) []string {
 			ws = append(ws, "removing leading `"+m[1]+"' from "+m[2])
 		case gnuDotDot.MatchString(l):
 			dotdot++
+		case gnuFuture.MatchString(l):
+			ws = append(ws, `reason="time stamp in the future"`)
+		case gnuOld.MatchString(l):
+			ws = append(ws, `reason="implausibly old time stamp"`)
 		}
 	}
 	if dotdot > 0 {
