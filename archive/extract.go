@@ -24,6 +24,8 @@ type Extraction struct {
 	spans  materialize.Spans // nil: one pass
 	reader *index.Reader     // with spans
 	start  time.Time
+	sel    index.Selection
+	ix     *index.Index // what is extracted: the archive's index, or the selection of it; nil until known
 }
 
 // ExtractSummary says what an extraction did.
@@ -64,12 +66,18 @@ func Extract(ctx context.Context, url, dir string, opts Options, mo MaterializeO
 	// The blocks stream a one-pass extraction, which reads each of them
 	// once: the disk cache keeps only whole copies from servers that
 	// ignore ranges.
-	a, err := open(ctx, url, opts, false)
+	// With a selection, the index comes first and the spans are read
+	// after it: the disk cache keeps the blocks for that second read.
+	a, err := open(ctx, url, opts, !mo.Select.Empty())
 	if err != nil {
 		return nil, err
 	}
-	x.a = a
-	x.job, err = materialize.Open(dir, a.Identity().Key(), materialize.Options{
+	x.a, x.sel = a, mo.Select
+	key := a.Identity().Key()
+	if !x.sel.Empty() {
+		key += " " + x.sel.String()
+	}
+	x.job, err = materialize.Open(dir, key, materialize.Options{
 		Writers: mo.Writers, Decoders: mo.Decoders, Overwrite: mo.Overwrite, Sync: mo.Sync,
 		Progress: x.prog, Logger: a.log, Previous: a.previousIndex,
 	})
@@ -78,7 +86,15 @@ func Extract(ctx context.Context, url, dir string, opts Options, mo MaterializeO
 		return nil, err
 	}
 	if a.ix != nil {
-		x.inSpans(a.ix, nil)
+		ix := a.ix
+		if !x.sel.Empty() {
+			if ix, err = index.Select(ix, x.sel.Name, a.log); err != nil {
+				x.Close()
+				return nil, fmt.Errorf("extract %s: %w", a, err)
+			}
+		}
+		x.ix = ix
+		x.inSpans(ix, nil)
 	}
 	return x, nil
 }
@@ -122,16 +138,22 @@ func (x *Extraction) Members() int64 { return x.a.passProg.members.Load() }
 
 // Run extracts. It must be called once.
 func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
-	a, ix := x.a, x.a.ix
-	if x.spans == nil && x.job.Replacing() {
-		// An upgrade of DIR writes only what changed, which needs the
-		// whole index first: the pass runs alone, then the changed
-		// files are read in spans (or from the decoded copy of a
-		// stream-only archive).
+	a, ix := x.a, x.ix
+	if x.spans == nil && (x.job.Replacing() || !x.sel.Empty()) {
+		// An upgrade of DIR writes only what changed, and a selection
+		// renames and leaves out members, which both need the whole
+		// index first: the pass runs alone, then the files are read in
+		// spans (or from the decoded copy of a stream-only archive).
 		if err := a.build(ctx, nil, nil); err != nil {
 			return nil, fmt.Errorf("extract %s: %w", a, err)
 		}
 		ix = a.ix
+		if !x.sel.Empty() {
+			var err error
+			if ix, err = index.Select(ix, x.sel.Name, a.log); err != nil {
+				return nil, fmt.Errorf("extract %s: %w", a, err)
+			}
+		}
 		if !x.inSpans(ix, a.local()) {
 			return nil, fmt.Errorf("extract %s into %s: %w", a, x.job.Dir(), errNoSpans)
 		}

@@ -21,7 +21,14 @@ type MaterializeOptions struct {
 	Decoders  int  // spans fetched and decoded at once
 	Overwrite bool // replace what a non-empty DIR that tarmount did not make holds by the archive's tree
 	Sync      bool // make the tree durable (syncfs) before marking it complete
+	// Select, for extract, takes members out or strips their names
+	// (index.Selection); DIR then holds that tree, and is known as made
+	// from the archive with that selection.
+	Select Selection
 }
+
+// Selection is index.Selection: what extract takes out of an archive.
+type Selection = index.Selection
 
 // Materializer writes the whole tree of a mounted archive to a local
 // directory in the background, and serves the files that are complete

@@ -86,6 +86,12 @@ func NewestSaved(dir, name string) string {
 // A materialization that upgrades a DIR made from that version compares
 // it with this one's (materialize.Options.Previous).
 func (a *Archive) previousIndex(key string) *index.Index {
+	if !fetch.ValidKey(key) {
+		// A DIR made with a selection (Extract's key has it after the
+		// identity's): its names are not the archive's, and its files
+		// are compared with their own digests instead.
+		return nil
+	}
 	names, _ := filepath.Glob(filepath.Join(a.opts.CacheDir, "indexes", "*-"+key+".idx"))
 	var best *index.Index
 	var at time.Time

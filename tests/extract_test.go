@@ -486,3 +486,79 @@ func TestExtractProgressLines(t *testing.T) {
 		t.Errorf("no line counted the members read while the archive was read\n%s", r.stderr)
 	}
 }
+
+// TestExtractSelection: extract's --strip-components, --exclude and
+// --include give the tree that GNU tar's --strip-components, --exclude
+// and member names with --wildcards give, without an index and with one.
+// One difference is deliberate: a hard link whose target is left out
+// holds the data itself, where GNU tar fails to make it (plus).
+func TestExtractSelection(t *testing.T) {
+	if _, err := exec.LookPath("tar"); err != nil {
+		testutil.Missing(t, "GNU tar is not installed")
+	}
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	for _, f := range []string{"top/a.md", "top/b.txt", "top/pkg/c.md", "top/pkg/sub/d.md", "top/pkg/sub/e_test.go",
+		"top/other/f_test.go", "top/other/g.go", "top/md/h.txt"} {
+		p := filepath.Join(src, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(f+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Symlink("a.md", filepath.Join(src, "top", "sl"))
+	os.Link(filepath.Join(src, "top", "b.txt"), filepath.Join(src, "top", "other", "hl"))
+	archive := filepath.Join(work, "a.tar.gz")
+	if out, err := exec.Command("tar", "-C", src, "-czf", archive, "top").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, out)
+	}
+	for i, tc := range []struct {
+		gnu, ours []string
+		plus      map[string]string // file in DIR -> the file of src it holds
+	}{
+		{[]string{"--strip-components=1"}, []string{"--strip-components", "1"}, nil},
+		{[]string{"--strip-components=2"}, []string{"--strip-components=2"}, map[string]string{"hl": "top/b.txt"}},
+		{[]string{"--exclude=*.md"}, []string{"--exclude", "*.md"}, nil},
+		{[]string{"--exclude=sub"}, []string{"--exclude", "sub"}, nil},
+		{[]string{"--exclude=top/pkg", "--exclude=md"}, []string{"--exclude", "top/pkg", "--exclude", "md"}, nil},
+		{[]string{"--wildcards", "top/pkg/*"}, []string{"--include", "top/pkg/*"}, nil},
+		{[]string{"--wildcards", "top/a.md", "top/other"}, []string{"--include", "top/a.md", "--include", "top/other"},
+			map[string]string{"top/other/hl": "top/b.txt"}},
+		{[]string{"--strip-components=1", "--exclude=*_test.go", "--wildcards", "top/pkg", "top/b.txt"},
+			[]string{"--strip-components=1", "--exclude=*_test.go", "--include=top/pkg", "--include=top/b.txt"}, nil},
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			ref := filepath.Join(work, fmt.Sprintf("ref%d", i))
+			os.Mkdir(ref, 0o755)
+			gnu := append([]string{"-x", "-p", "--numeric-owner", "-f", archive, "-C", ref}, tc.gnu...)
+			if out, err := exec.Command("tar", gnu...).CombinedOutput(); err != nil && tc.plus == nil {
+				t.Fatalf("tar %q: %v\n%s", gnu, err, out)
+			}
+			for p, from := range tc.plus {
+				data, _ := os.ReadFile(filepath.Join(src, from))
+				if err := os.WriteFile(filepath.Join(ref, p), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				os.Chtimes(filepath.Join(ref, p), time.Now(), mustStat(t, filepath.Join(src, from)).ModTime().Truncate(time.Second)) // the archive keeps seconds
+			}
+			cache := filepath.Join(work, fmt.Sprintf("cache%d", i))
+			for _, run := range []string{"no index", "saved index"} {
+				dest := filepath.Join(work, fmt.Sprintf("x%d-%s", i, strings.ReplaceAll(run, " ", "-")))
+				r := runBinary(t, nil, false, append([]string{"extract", archive, dest, "--cache-dir", cache, "--quiet"}, tc.ours...)...)
+				if r.err != nil {
+					t.Fatalf("%s: extract %q: %v\n%s", run, tc.ours, r.err, r.stderr)
+				}
+				treecmp.Compare(t, ref, dest, treecmp.Options{MaxErrors: 20, SkipRoot: true, SkipDirMTime: true})
+			}
+		})
+	}
+}
+
+func mustStat(t *testing.T, p string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
+}

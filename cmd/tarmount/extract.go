@@ -26,6 +26,8 @@ type materializeFlags struct {
 	sync      bool
 	// progressEvery is how often progress is logged without a terminal.
 	progressEvery time.Duration
+	// sel: extract's --strip-components, --exclude and --include.
+	sel archive.Selection
 }
 
 func newExtractCmd(a *app) *cobra.Command {
@@ -42,13 +44,25 @@ changed ones replaced atomically, and what the new version lacks removed. A
 non-empty DIR that tarmount did not make is refused unless --overwrite,
 which also removes what the archive lacks. Members that tar -x refuses
 (names with "..") are left out with a warning, and the exit status is then 1.
+
+--strip-components, --exclude and --include work as GNU tar's
+--strip-components, --exclude and member names given with --wildcards:
+patterns match the names as the archive has them; --exclude matches any
+trailing run of a name's components, and a directory it matches takes what
+it holds along; --include matches from the start of the name, also a
+directory with what it holds; '*' matches across '/'. With any of them the
+index is read first, then the selected spans.
 Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: extract URL:
 interrupted", exit 130 or 143.`,
 		Example: `  tarmount extract https://example.com/runtime.tar.gz /local/runtime
   tarmount extract s3://bucket/runtime.tar.lz4 /local/runtime --write-workers 16
-  tarmount extract ./runtime.tar.zst /local/runtime --quiet --fsync`,
+  tarmount extract ./runtime.tar.zst /local/runtime --quiet --fsync
+  tarmount extract https://example.com/go.tar.gz /usr/local/go --strip-components 1 --exclude '*_test.go'`,
 		Args: exactArgs(2, "URL and DIR"),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.c.mat.sel.StripComponents < 0 {
+				return &usageError{cmd: cmd, err: fmt.Errorf("--strip-components: want 0 or more, got %d", a.c.mat.sel.StripComponents)}
+			}
 			return extractCmd(a.ctx, args[0], args[1], &a.c, a.log, a.stderr)
 		},
 	}
@@ -56,13 +70,16 @@ interrupted", exit 130 or 143.`,
 	addMaterializeFlags(fs, &a.c.mat)
 	fs.BoolVarP(&a.c.mat.quiet, "quiet", "q", false, "no progress line, only warnings and errors")
 	fs.DurationVar(&a.c.mat.progressEvery, "progress-every", 5*time.Second, "without a terminal, log a progress line this often")
+	fs.IntVar(&a.c.mat.sel.StripComponents, "strip-components", 0, "remove this many leading components from names; shorter names are left out")
+	fs.StringArrayVar(&a.c.mat.sel.Exclude, "exclude", nil, "leave out names that match this `PATTERN` (repeatable)")
+	fs.StringArrayVar(&a.c.mat.sel.Include, "include", nil, "extract only names that match this `PATTERN` (repeatable)")
 	addSourceFlags(fs, &a.c)
 	return cmd
 }
 
 // options are the flags as archive's MaterializeOptions.
 func (m *materializeFlags) options() archive.MaterializeOptions {
-	return archive.MaterializeOptions{Writers: m.writers, Decoders: m.decoders, Overwrite: m.overwrite, Sync: m.sync}
+	return archive.MaterializeOptions{Writers: m.writers, Decoders: m.decoders, Overwrite: m.overwrite, Sync: m.sync, Select: m.sel}
 }
 
 // extractCmd writes the whole tree of the archive at url into dir: with
