@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -39,6 +40,9 @@ type Archive struct {
 	// to the source, not through blocks.
 	probe *countingSource
 	saved string // where the index of this version is saved
+	// tempDecoded is the temporary directory of the decoded copy of a
+	// local stream-only archive (Options.LocalDecodedTemp); "" when none.
+	tempDecoded string
 
 	// The index. Set by Open when it found one; else by the first pass
 	// (Build, or StartPass: then they may be read only once passDone is
@@ -162,6 +166,12 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 	a.blocks = fetch.NewBlocks(a.src, opts.blocksOptions(blocksDisk))
 	id := base.Identity()
 	a.saved = SavedPath(opts.CacheDir, base.String(), id)
+	if opts.LocalDecodedTemp && fetch.IsLocal(base) {
+		if a.tempDecoded, err = os.MkdirTemp("", "tarmount-decoded-"); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("open %s: temporary decoded copy: %w", base, err)
+		}
+	}
 	if err := a.lookup(ctx, pre, remote, &side, id); err != nil {
 		a.Close()
 		return nil, err
@@ -245,8 +255,14 @@ func (a *Archive) lookup(ctx context.Context, pre *preload, remote *remoteIndex,
 }
 
 // decodedPath is where the decoded copy of this version of the archive
-// is kept when it is stream-only.
-func (a *Archive) decodedPath() string { return decodedPath(a.opts.CacheDir, a.saved) }
+// is kept when it is stream-only: in the cache, or in a temporary
+// directory that Close removes (Options.LocalDecodedTemp).
+func (a *Archive) decodedPath() string {
+	if a.tempDecoded != "" {
+		return filepath.Join(a.tempDecoded, "decoded.tar")
+	}
+	return decodedPath(a.opts.CacheDir, a.saved)
+}
 
 // String is the source's name: its URL without credentials or query, or
 // its path.
@@ -338,6 +354,9 @@ func (a *Archive) close() {
 	}
 	if a.disk != nil {
 		a.disk.Close()
+	}
+	if a.tempDecoded != "" {
+		os.RemoveAll(a.tempDecoded)
 	}
 	if rs, ok := a.base.(interface{ RetryStats() fetch.RetryStats }); ok {
 		if st := rs.RetryStats(); st != (fetch.RetryStats{}) {

@@ -61,6 +61,14 @@ type Options struct {
 	// CacheDecoded bounds the decoded copies of stream-only archives, in
 	// all.
 	CacheDecoded int64
+	// IndexOnly says that only the index is read (ls, stat): a pass over
+	// a stream-only archive writes no decoded copy.
+	IndexOnly bool
+	// LocalDecodedTemp keeps the decoded copy of a local stream-only
+	// archive in a temporary file that Close removes, not in the cache
+	// (cat, get: the archive is at hand; only a mount's remounts gain
+	// from a lasting copy).
+	LocalDecodedTemp bool
 	// Readahead is the most spans decoded ahead of a sequential reader
 	// (0: the index package's default; -1 disables).
 	Readahead int

@@ -135,16 +135,20 @@ func (a *Archive) stopPass() {
 // and saves the index.
 func (a *Archive) build(ctx context.Context, live *index.Live, stage func(*tarscan.Header, io.Reader) error) error {
 	w := a.passCopy
-	if w == nil {
+	if w == nil && !a.opts.IndexOnly {
 		w = &decodedWriter{path: a.decodedPath(), limit: a.opts.CacheDecoded, log: a.log}
 		defer w.closeReads()
 	}
-	defer w.discard()
-	ix, err := a.pass(ctx, w, live, stage, false)
+	var decoded io.WriterAt
+	if w != nil {
+		defer w.discard()
+		decoded = w
+	}
+	ix, err := a.pass(ctx, decoded, live, stage, false)
 	if err != nil {
 		return fmt.Errorf("index %s: %w", a, err)
 	}
-	if ix.StreamOnly() {
+	if ix.StreamOnly() && w != nil {
 		if err := w.commit(ix.TarSize); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -302,5 +303,49 @@ func TestInspectGlobs(t *testing.T) {
 	r = run("cat", archive, "nothing/*")
 	if r.err == nil || !strings.Contains(r.stderr, "no member matches nothing/*") {
 		t.Errorf("cat nothing/*: got %v, stderr %q; want a failure naming the pattern", r.err, r.stderr)
+	}
+}
+
+// TestInspectLocalKeepsNoCopy: ls, stat and cat of a local stream-only
+// archive (one zstd frame of many spans) keep its index in the cache and
+// nothing else: ls and stat write no decoded copy, cat one in a temporary
+// directory that is gone when it exits.
+func TestInspectLocalKeepsNoCopy(t *testing.T) {
+	if _, err := exec.LookPath("zstd"); err != nil {
+		testutil.Missing(t, "zstd not installed")
+	}
+	work := t.TempDir()
+	body := strings.Repeat("stream only, many spans\n", 1<<16)
+	plain, archive := filepath.Join(work, "a.tar"), filepath.Join(work, "a.tar.zst")
+	if err := os.WriteFile(plain, tarbuild.Tar(tarbuild.Member{Name: "f", Body: body}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := tarbuild.Compress(plain, archive, "zstd"); err != nil {
+		t.Fatal(err)
+	}
+	cache, tmp := filepath.Join(work, "cache"), filepath.Join(work, "tmp")
+	os.Mkdir(tmp, 0o755)
+	t.Setenv("TMPDIR", tmp)
+	for _, args := range [][]string{{"ls"}, {"stat"}, {"cat"}} {
+		r := runBinary(t, nil, false, append(args, archive, "f", "--cache-dir", cache, "--span", "64KiB")...)
+		if r.err != nil {
+			t.Fatalf("%s: %v\n%s", args[0], r.err, r.stderr)
+		}
+		if args[0] == "cat" && r.stdout != body {
+			t.Errorf("cat: got %d bytes, want the member's %d", len(r.stdout), len(body))
+		}
+		var kept []string
+		filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && filepath.Base(filepath.Dir(p)) != "indexes" {
+				kept = append(kept, p)
+			}
+			return nil
+		})
+		if len(kept) > 0 {
+			t.Errorf("%s: the cache keeps %q, want only indexes", args[0], kept)
+		}
+		if ents, _ := os.ReadDir(tmp); len(ents) > 0 {
+			t.Errorf("%s: left %s in TMPDIR", args[0], ents[0].Name())
+		}
 	}
 }

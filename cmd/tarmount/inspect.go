@@ -110,7 +110,13 @@ func (a *app) inspect(name string) func(*cobra.Command, []string) error {
 // inspectCmd runs ls, stat, cat or get (cmd) with the positional
 // arguments pos: URL, then paths in the archive.
 func inspectCmd(ctx context.Context, cmd string, pos []string, c *config, log *slog.Logger, stdout io.Writer) error {
-	a, err := archive.OpenIndexed(ctx, pos[0], c.ao)
+	// Only what the command needs stays behind: the index, which is
+	// small; a stream-only archive's decoded copy only when it is fetched
+	// (a local one's is a temporary file), and none for ls and stat.
+	ao := c.ao
+	ao.IndexOnly = cmd == "ls" || cmd == "stat"
+	ao.LocalDecodedTemp = true
+	a, err := archive.OpenIndexed(ctx, pos[0], ao)
 	if err != nil {
 		return err
 	}
