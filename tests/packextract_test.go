@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tarmount/tarmount/archive"
@@ -63,4 +64,29 @@ func TestExtractPackedUsesEmbeddedIndex(t *testing.T) {
 		}
 		treecmp.Compare(t, ref, dir, treecmp.Options{MaxErrors: 20})
 	})
+}
+
+// TestOutputFileModes: index -o and pack -o write files of mode 0644 less
+// the umask (022 here: 0644), which a web server or another user can
+// read; they were 0600.
+func TestOutputFileModes(t *testing.T) {
+	work := t.TempDir()
+	archive := filepath.Join(work, "a.tar")
+	if err := os.WriteFile(archive, tarbuild.Tar(tarbuild.Member{Name: "f", Body: "x"}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	idx, packed := filepath.Join(work, "a.idx"), filepath.Join(work, "p.tar.zst")
+	cache := filepath.Join(work, "cache")
+	for _, args := range [][]string{{"index", archive, "-o", idx}, {"pack", archive, "-o", packed}} {
+		if r := runBinary(t, nil, false, append(args, "--cache-dir", cache)...); r.err != nil {
+			t.Fatalf("%s: %v\n%s", args[0], r.err, r.stderr)
+		}
+	}
+	for _, p := range []string{idx, packed} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: got %v, %v; want mode 0644", filepath.Base(p), st.Mode(), err)
+		}
+	}
 }
