@@ -349,3 +349,28 @@ func TestInspectLocalKeepsNoCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionFromBuildInfo: a tarmount built in a git checkout says its
+// version, the commit and its date, and the Go version, from the build
+// information the Go toolchain records (not "(devel)").
+func TestVersionFromBuildInfo(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		testutil.Missing(t, "git is not installed")
+	}
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("not in a git checkout: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "tarmount")
+	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "../cmd/tarmount").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`^tarmount v\S+ \(commit ` + string(head[:12]) + `(, modified)?, \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\), go1\.\d+`)
+	if !want.Match(out) || strings.Contains(string(out), "(devel)") {
+		t.Errorf("--version: got %q, want the version, commit %.12s, its date and the Go version", out, head)
+	}
+}
