@@ -44,6 +44,8 @@ changed ones replaced atomically, and what the new version lacks removed. A
 non-empty DIR that tarmount did not make is refused unless --overwrite,
 which also removes what the archive lacks. Members that tar -x refuses
 (names with "..") are left out with a warning, and the exit status is then 1.
+Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: extract URL:
+interrupted", exit 130 or 143.
 
 --strip-components, --exclude and --include work as GNU tar's
 --strip-components, --exclude and member names given with --wildcards:
@@ -51,9 +53,7 @@ patterns match the names as the archive has them; --exclude matches any
 trailing run of a name's components, and a directory it matches takes what
 it holds along; --include matches from the start of the name, also a
 directory with what it holds; '*' matches across '/'. With any of them the
-index is read first, then the selected spans.
-Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: extract URL:
-interrupted", exit 130 or 143.`,
+index is read first, then the selected spans.`,
 		Example: `  tarmount extract https://example.com/runtime.tar.gz /local/runtime
   tarmount extract s3://bucket/runtime.tar.lz4 /local/runtime --write-workers 16
   tarmount extract ./runtime.tar.zst /local/runtime --quiet --fsync
