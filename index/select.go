@@ -93,11 +93,15 @@ func Select(ix *Index, name func(p string, e *Entry) (string, bool), log *slog.L
 	return out, nil
 }
 
+// typeflags are the tar type flags of the entry types (entryType's
+// inverse).
+var typeflags = map[Type]byte{TypeReg: tarscan.TypeReg, TypeDir: tarscan.TypeDir, TypeSymlink: tarscan.TypeSymlink,
+	TypeChar: tarscan.TypeChar, TypeBlock: tarscan.TypeBlock, TypeFIFO: tarscan.TypeFIFO}
+
 // fillHeader sets what a header says of entry id of ix beyond its owner
 // and times: type, size, data, link target, device, xattrs.
 func fillHeader(ix *Index, id EntryID, e *Entry, h *tarscan.Header) {
-	h.Typeflag = map[Type]byte{TypeReg: tarscan.TypeReg, TypeDir: tarscan.TypeDir, TypeSymlink: tarscan.TypeSymlink,
-		TypeChar: tarscan.TypeChar, TypeBlock: tarscan.TypeBlock, TypeFIFO: tarscan.TypeFIFO}[e.Type]
+	h.Typeflag = typeflags[e.Type]
 	switch e.Type {
 	case TypeReg:
 		h.Size, h.StoredSize = e.Size, e.Size
