@@ -641,7 +641,7 @@ func rowCells(g Group, r Row) []string {
 		if *r.TargetMet {
 			mark = "✅"
 		}
-		target = mark + " " + r.Target
+		target = mark + " " + mdEscape(r.Target)
 	}
 	if r.Notes != "" {
 		target = strings.TrimSpace(target + " ¹ " + mdEscape(r.Notes))

@@ -480,6 +480,7 @@ func TestRatioChecks(t *testing.T) {
 		"## 13. extraction of the local .tar.gz to tmpfs: the targets",
 		"✅ ≤ 1.5x tar -x of the plain .tar (0.75 s)",
 		"## 5. full extraction: the targets",
+		"| ✅ ≤ 0.8x curl \\| rapidgzip -d \\| tar -x (0.8 s) |",
 		"| go | lz4 | objstore | tarmount extract (no index) | the first extraction (no index) ≤ 0.6x curl \\| lz4 -dc \\| tar -x | – | ❌ no value |",
 	)
 }
