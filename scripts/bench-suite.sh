@@ -11,11 +11,16 @@
 #   4. sequential read of the largest member (MB/s)
 #   5. full extraction: tarmount extract (cold, saved index), --materialize,
 #      curl | tar -x, curl | pigz -d | tar -x, curl | rapidgzip -d | tar -x,
-#      aria2c -x8 -s8 then tar -x
+#      curl | zstd -d | tar -x, aria2c -x8 -s8 then tar -x; each run on an
+#      ext4 of its own; on objstore the report checks the first extraction
+#      (no index) against issue 26's ratios: .tar.gz ≤ 0.8x curl |
+#      rapidgzip, .tar.zst ≤ 0.8x curl | tar --zstd -x, .tar.lz4 ≤ 0.6x
+#      curl | lz4 -d | tar -x
 #   6. go version and go build with GOROOT in a lazy mount, a materialized
 #      mount, ratarmount and a local tree
 #   7. peak RSS of every mount
-# and, when asked for (SCENARIOS=progressive, index-pass, boot, upgrade):
+# and, when asked for (SCENARIOS=progressive, index-pass, boot, upgrade,
+# gzip-decode, extract-tmpfs):
 #   8. progressive mount: from the start, when the files at 10%, 50% and
 #      90% of the tar stream, `go version` and all of them are usable, and
 #      when the index pass ends: a mount without an index (it serves during
@@ -41,6 +46,19 @@
 #      archived like the dataset) upgrades it in place, against the same
 #      extraction into an empty DIR; both with the two indexes in the
 #      cache: time, bytes from the origin, files written
+#  12. gzip decode of each dataset's local .tar.gz (from the page cache)
+#      to /dev/null: tarmount index FILE with an empty cache against
+#      libdeflate-gunzip -c, igzip -dc, rapidgzip -P1 -d -c and gzip -dc;
+#      the report checks tarmount ≤ 1.0x libdeflate-gunzip and (the
+#      moonshot) igzip
+#  13. extraction of the local .tar.gz to tmpfs (a tmpfs mounted for each
+#      run of each tool): tarmount extract FILE DIR with a saved index and
+#      without, tar -x of the plain .tar (the write floor), pigz -dc | tar
+#      -x; the report checks tarmount with the index ≤ 1.5x the floor
+#  Issue 26's three comparisons in one run, the go dataset (12 and 13 make
+#  the .tar.gz of the datasets they run on):
+#    DATASETS=go CODECS="gz zst lz4" SCENARIOS="gzip-decode extract-tmpfs extract" \
+#      bash scripts/bench-suite.sh
 # on the datasets go (this machine's Go toolchain), small (200k files of
 # 1-8 KiB) and big (one 2 GiB text file), as .tar, .tar.gz, .tar.zst,
 # .seekable.tar.zst (tarmount pack) and .tar.lz4, served on 127.0.0.1 shaped
@@ -70,7 +88,8 @@
 #   PROFILES="objstore"     add unshaped for loopback without shaping
 #   SCENARIOS="1 2 3 4 5 6"   by number or name: 1 cold-mount, 2 warm-mount,
 #                           3 cold-read, 4 seq-read, 5 extract, 6 go-build,
-#                           8 progressive, 9 index-pass, 10 boot, 11 upgrade
+#                           8 progressive, 9 index-pass, 10 boot, 11 upgrade,
+#                           12 gzip-decode, 13 extract-tmpfs
 #   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
 #   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)
@@ -164,9 +183,20 @@ done
 if ((${#missing[@]})); then
 	apt_install "${missing[@]}" || die "could not install ${missing[*]}"
 fi
-# aria2c is a peer: without it, its rows say n/a.
-[[ "$PEERS" == 0 ]] || command -v aria2c >/dev/null 2>&1 || apt_install aria2 ||
-	warn "aria2c is missing; its rows will say n/a"
+# Peers from Debian (aria2c; libdeflate-gunzip and igzip, the gzip
+# decoders of scenario 12): without one, its rows say n/a.
+if [[ "$PEERS" != 0 ]]; then
+	declare -A peer_pkg=([aria2c]=aria2 [libdeflate-gunzip]=libdeflate-tools [igzip]=isal)
+	missing=()
+	for c in "${!peer_pkg[@]}"; do
+		command -v "$c" >/dev/null 2>&1 || missing+=("${peer_pkg[$c]}")
+	done
+	if ((${#missing[@]})) && ! apt_install "${missing[@]}"; then
+		for c in "${!peer_pkg[@]}"; do
+			command -v "$c" >/dev/null 2>&1 || apt_install "${peer_pkg[$c]}" || warn "$c is missing; its rows will say n/a"
+		done
+	fi
+fi
 
 # A venv in the scratch dir (kept between runs): ratarmount (which brings
 # rapidgzip) and matplotlib for the chart.
@@ -202,6 +232,11 @@ RATAR_VERSION="not installed"
 if [[ -z "$RATAR_NOTE" ]]; then
 	RATAR_ARGS=(-ratarmount "$VENV/bin/ratarmount")
 	RATAR_VERSION="$("$VENV/bin/ratarmount" --version 2>/dev/null | awk '$1 == "ratarmount" || $1 == "rapidgzip" || $1 == "indexed_zstd" || $1 == "indexed_gzip" || $1 == "fsspec" { printf "%s%s %s", sep, $1, $2; sep = ", " }')"
+fi
+# rapidgzip comes with ratarmount; without it (RATARMOUNT=0, or a failed
+# install), on its own.
+if [[ "$PEERS" != 0 && ! -x "$VENV/bin/rapidgzip" ]]; then
+	pip_install rapidgzip || warn "pip install rapidgzip failed: $(grep -v '^\s*$' "$SCRATCH/pip.log" | tail -1)"
 fi
 RAPIDGZIP=""
 [[ -x "$VENV/bin/rapidgzip" ]] && RAPIDGZIP="$VENV/bin/rapidgzip"
@@ -253,6 +288,10 @@ TOOLS+=", $(curl --version | head -1 | cut -d' ' -f1-2), pigz $(pigz --version 2
 TOOLS+=", zstd $(zstd -V | grep -o 'v[0-9.]*' | head -1), lz4 $(lz4 -V 2>&1 | grep -o 'v[0-9.]*' | head -1)"
 TOOLS+=", $(tar --version | head -1)"
 command -v aria2c >/dev/null && TOOLS+=", $(aria2c --version | head -1)"
+command -v libdeflate-gunzip >/dev/null && TOOLS+=", libdeflate-gunzip $(libdeflate-gunzip -V 2>&1 | grep -o 'v[0-9.]*' | head -1)"
+command -v igzip >/dev/null && TOOLS+=", igzip $(igzip -V 2>&1 | grep -o '[0-9][0-9.]*' | head -1)"
+[[ -z "$RAPIDGZIP" ]] || TOOLS+=", rapidgzip $("$RAPIDGZIP" --version 2>&1 | grep -o '[0-9][0-9.]*' | head -1)"
+TOOLS+=", $(gzip --version | head -1)"
 
 # ---------------------------------------------------------------- run
 

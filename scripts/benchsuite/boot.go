@@ -362,10 +362,11 @@ func (s *suite) bootOne(ctx context.Context, cb *combo, bs *bootServe, ts *trees
 
 // ------------------------------------------------------------ report
 
-// Check is one of scenario 10's targets for one tarmount build on one
-// dataset, codec and profile: a figure, or a ratio of two medians, of the
-// same run of the suite.
+// Check is one target of scenario 10 (or a ratio target, ratioChecks) for
+// one tarmount build on one dataset, codec and profile: a figure, or a
+// ratio of two medians, of the same run of the suite.
 type Check struct {
+	Scenario string  `json:"scenario"`
 	Dataset  string  `json:"dataset"`
 	Codec    string  `json:"codec"`
 	Profile  string  `json:"profile"`
@@ -431,7 +432,7 @@ func bootTargets(groups []Group) []Check {
 		}
 		for _, b := range builds {
 			check := func(r *Row, base, target, rowTarget string, value, limit float64, measured string) {
-				c := Check{Dataset: k.ds, Codec: k.codec, Profile: k.prof, Tool: build{name: b}.tool(base), Target: target,
+				c := Check{Scenario: scBoot, Dataset: k.ds, Codec: k.codec, Profile: k.prof, Tool: build{name: b}.tool(base), Target: target,
 					Limit: limit, Measured: "–"}
 				if r != nil && !math.IsNaN(value) && !math.IsInf(value, 0) && value > 0 {
 					c.Value, c.Measured, c.Met = value, measured, value <= limit

@@ -206,6 +206,8 @@ var scenarioNames = [][2]string{
 	{"9", "index-pass"},
 	{"10", "boot"},
 	{"11", "upgrade"},
+	{"12", "gzip-decode"},
+	{"13", "extract-tmpfs"},
 }
 
 func scenarioHelp() string {
@@ -227,6 +229,23 @@ func parseScenarios(names []string) (map[string]bool, error) {
 		m[scenarioNames[i][0]] = true
 	}
 	return m, nil
+}
+
+// anyLocal reports whether a scenario on the local files (12, 13) is
+// chosen.
+func (c *config) anyLocal() bool {
+	return slices.ContainsFunc(localScenarios, func(n string) bool { return c.scenarios[n] })
+}
+
+// onlyLocal reports whether every chosen scenario runs on the local files
+// alone: no server, no combination of codec and profile.
+func (c *config) onlyLocal() bool {
+	for n := range c.scenarios {
+		if !slices.Contains(localScenarios, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // parseSize reads 2GiB, 256MiB, 64KiB or a number of bytes.
@@ -495,6 +514,11 @@ func run(ctx context.Context, c *config) error {
 			codecs = defaultCodecs[kind]
 		}
 		need := slices.Clone(codecs)
+		if c.anyLocal() {
+			if !slices.Contains(need, "gz") {
+				need = append(need, "gz")
+			}
+		}
 		if kind == "go" && c.scenarios["6"] {
 			for _, k := range c.goBuildCodecs {
 				if !slices.Contains(need, k) {
@@ -553,6 +577,12 @@ func run(ctx context.Context, c *config) error {
 	load0 := loadavg()
 	t0 := time.Now()
 	for _, d := range sets {
+		if err := s.gzipLocal(ctx, d); err != nil {
+			return err
+		}
+		if c.onlyLocal() {
+			continue
+		}
 		codecs := codecsOf[d.name]
 		build := d.kind == "go" && c.scenarios["6"]
 		for _, k := range allCodecs {
@@ -710,4 +740,6 @@ var standingNotes = []string{
 	"Scenario 8 (when chosen) times, from the start of each tool, the first byte of the files at 10%, 50% and 90% of the tar stream, `go version` from the tree (go dataset) and all of them, each probe retrying every 20 ms from the start; and when tarmount's log says the index pass ended. tarmount mounts with an empty cache, serving during its pass or (--wait-index) after it; curl | tar -x writes a tree on the work dir's filesystem. The three files are checked whole afterwards.",
 	"Scenario 9 (when chosen) is `tarmount index URL` with an empty cache, from start to exit, against the CLI decoding the whole object as in scenario 1.",
 	"Scenario 10 (when chosen) serves the archive on a server of its own shaped like object storage, beside an index that `tarmount index FILE --publish` made from the local file (untimed), and alone. Each tool starts with an empty cache dir and writes to an empty dir on the round's own ext4 filesystem, after `sync` and a drop of the page cache, as in scenario 5. From process start: a. `GOROOT=R R/bin/go version` done, R the toolchain in the mount (tarmount --materialize) or in the tree written (the others), retried every 20 ms; b. fully local: the state tarmount keeps on DIR (the xattr user.tarmount.state) says complete (polled every 2 ms), or the command exited; c. what the server sent from start to the end of the last measurement; d, e. the first byte of the last file that ends within the first 1% and 10% of the tar stream, through the mount or in the tree, retried every 20 ms; f. without an index, the log's msg=indexed (the index pass ended: the listing is complete); g, h. a mount without an index (and without --materialize) stopped with SIGTERM once `tarmount status` says its pass has read 85% of the archive, then mounted again with the same cache dir: from the second start to its msg=indexed, and what the server sent meanwhile (--cache-disk 0 throughout). Checked afterwards: those files whole, the tree's file count, and without an index the mount's. The targets are figures or ratios of medians of the same run.",
+	"Scenario 12 (when chosen) decodes the dataset's local .tar.gz, read once before (untimed) so that every tool reads it from the page cache, to /dev/null: `tarmount index FILE` with an empty cache dir (--no-sidecar; it also writes the index there) against libdeflate-gunzip -c, igzip -dc, rapidgzip -P1 -d -c and gzip -dc; from start to exit.",
+	"Scenario 13 (when chosen) extracts the local .tar.gz into a tmpfs mounted for each run of each tool and unmounted after it: `tarmount extract FILE DIR` with an empty cache dir and with the index saved before (untimed), against `tar -x` of the plain .tar (the write floor) and `pigz -dc FILE | tar -x`; from start to exit, the check being the count of regular files.",
 }

@@ -44,21 +44,24 @@ const (
 
 // Scenario names; their order is the order of the report.
 const (
-	scColdMount = "1. cold mount-ready, no index"
-	scWarmMount = "2. warm mount-ready, saved index"
-	scRandom    = "3. cold random reads of small files"
-	scSeq       = "4. sequential read of the largest member"
-	scExtract   = "5. full extraction"
-	scGoVersion = "6a. go version with GOROOT inside"
-	scGoBuild   = "6b. go build hello (fresh GOCACHE)"
-	scRSS       = "7. peak RSS of the mount"
-	scProgress  = "8. progressive mount, no index"
-	scIndexPass = "9. index pass to the end, no index"
-	scBoot      = "10. boot, empty cache, object storage"
-	scUpgrade   = "11. upgrade of a materialized go tree to another Go release"
+	scColdMount  = "1. cold mount-ready, no index"
+	scWarmMount  = "2. warm mount-ready, saved index"
+	scRandom     = "3. cold random reads of small files"
+	scSeq        = "4. sequential read of the largest member"
+	scExtract    = "5. full extraction"
+	scGoVersion  = "6a. go version with GOROOT inside"
+	scGoBuild    = "6b. go build hello (fresh GOCACHE)"
+	scRSS        = "7. peak RSS of the mount"
+	scProgress   = "8. progressive mount, no index"
+	scIndexPass  = "9. index pass to the end, no index"
+	scBoot       = "10. boot, empty cache, object storage"
+	scUpgrade    = "11. upgrade of a materialized go tree to another Go release"
+	scGzipDecode = "12. gzip decode of the local .tar.gz to /dev/null"
+	scTmpfs      = "13. extraction of the local .tar.gz to tmpfs"
 )
 
-var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass, scBoot, scUpgrade}
+var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass, scBoot, scUpgrade,
+	scGzipDecode, scTmpfs}
 
 // percentile returns the p-th percentile (0-100) of xs by linear
 // interpolation between closest ranks; NaN for no values.
@@ -150,7 +153,7 @@ type Summary struct {
 	Meta     [][2]string `json:"meta"`
 	Notes    []string    `json:"notes"`
 	Groups   []Group     `json:"groups"`
-	Targets  []Check     `json:"targets,omitempty"` // scenario 10's, from the medians of its groups
+	Targets  []Check     `json:"targets,omitempty"` // scenario 10's and the ratio targets, from the medians of their groups
 }
 
 // isTarmount tells tarmount's rows from the peers'.
@@ -233,7 +236,7 @@ func summarize(results []Result, meta [][2]string, notes []string) Summary {
 		setVsBaseline(&g, s.Baseline)
 		s.Groups = append(s.Groups, g)
 	}
-	s.Targets = bootTargets(s.Groups)
+	s.Targets = append(bootTargets(s.Groups), ratioChecks(s.Groups)...)
 	return s
 }
 
@@ -338,6 +341,68 @@ func setRatiosAndTargets(g *Group) {
 			setTarget(g, r, best, ref)
 		}
 	}
+}
+
+// ratioTarget is a target of issue 26's comparisons: the median of a
+// tarmount row (each build's) at most limit times a peer's median in the
+// same group.
+type ratioTarget struct {
+	scenario, codec string
+	profile         string // empty: every profile
+	tool, peer      string // tool without its build's name
+	limit           float64
+	what            string // the target, for the table of checks
+	row             bool   // the check is also the row's target
+}
+
+var ratioTargets = []ratioTarget{
+	{scGzipDecode, "gz", "", toolTMIndexPass, toolLibdeflate, 1.0, "the index pass of a local .tar.gz", true},
+	{scGzipDecode, "gz", "", toolTMIndexPass, toolIgzip, 1.0, "the index pass of a local .tar.gz (the moonshot)", false},
+	{scTmpfs, "gz", "", toolTMIndex, toolTarPlain, 1.5, "extraction to tmpfs with an index", true},
+	{scExtract, "gz", "objstore", toolTMCold, toolCurlRapid, 0.8, "the first extraction (no index)", true},
+	{scExtract, "zst", "objstore", toolTMCold, curlTar("zst"), 0.8, "the first extraction (no index)", true},
+	{scExtract, "lz4", "objstore", toolTMCold, curlTar("lz4"), 0.6, "the first extraction (no index)", true},
+}
+
+// ratioChecks checks the rows of every group that a ratio target names,
+// in the order of the groups, once per tarmount build; a group without
+// the peer's row (a run without peers) has no check. The rows that the
+// checks are about get them as their targets.
+func ratioChecks(groups []Group) []Check {
+	var cs []Check
+	for i := range groups {
+		g := &groups[i]
+		for _, t := range ratioTargets {
+			if g.Scenario != t.scenario || g.Codec != t.codec || t.profile != "" && g.Profile != t.profile {
+				continue
+			}
+			j := slices.IndexFunc(g.Rows, func(r Row) bool { return r.Tool == t.peer })
+			if j < 0 {
+				continue
+			}
+			ref := g.Rows[j].Median
+			for k := range g.Rows {
+				r := &g.Rows[k]
+				if base, _ := splitTool(r.Tool); base != t.tool {
+					continue
+				}
+				c := Check{Scenario: g.Scenario, Dataset: g.Dataset, Codec: g.Codec, Profile: g.Profile, Tool: r.Tool,
+					Target: fmt.Sprintf("%s ≤ %gx %s", t.what, t.limit, t.peer), Limit: t.limit, Measured: "–"}
+				v := r.Median / ref
+				if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
+					c.Value, c.Met = v, v <= t.limit
+					c.Measured = fmt.Sprintf("%.3fx (%s s / %s s)", v, fmtSeconds(r.Median), fmtSeconds(ref))
+					if t.row {
+						met := c.Met
+						r.Target = fmt.Sprintf("≤ %gx %s (%s s)", t.limit, t.peer, fmtSeconds(t.limit*ref))
+						r.TargetMet = &met
+					}
+				}
+				cs = append(cs, c)
+			}
+		}
+	}
+	return cs
 }
 
 // setVsBaseline compares each tarmount row of a build with the same
@@ -497,20 +562,22 @@ func writeMarkdown(w io.Writer, s Summary) error {
 			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s |\n", g.Dataset, g.Codec, g.Profile, mdEscape(r.Tool), strings.Join(cells, " | "))
 		}
 	}
-	if len(s.Targets) > 0 {
-		fmt.Fprintf(bw, "\n## %s: the targets, from the medians of this run\n\n", strings.TrimSuffix(scBoot, ", object storage"))
-		fmt.Fprintln(bw, "| dataset | codec | profile | tool | target | measured | met |")
-		fmt.Fprintln(bw, "|---|---|---|---|---|---:|---|")
-		for _, c := range s.Targets {
-			met := "❌ missed"
-			if c.Met {
-				met = "✅ met"
-			}
-			if c.Value == 0 {
-				met = "❌ no value"
-			}
-			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s | %s |\n", c.Dataset, c.Codec, c.Profile, mdEscape(c.Tool), mdEscape(c.Target), c.Measured, met)
+	last = ""
+	for _, c := range s.Targets {
+		if c.Scenario != last {
+			last = c.Scenario
+			fmt.Fprintf(bw, "\n## %s: the targets, from the medians of this run\n\n", strings.TrimSuffix(c.Scenario, ", object storage"))
+			fmt.Fprintln(bw, "| dataset | codec | profile | tool | target | measured | met |")
+			fmt.Fprintln(bw, "|---|---|---|---|---|---:|---|")
 		}
+		met := "❌ missed"
+		if c.Met {
+			met = "✅ met"
+		}
+		if c.Value == 0 {
+			met = "❌ no value"
+		}
+		fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s | %s |\n", c.Dataset, c.Codec, c.Profile, mdEscape(c.Tool), mdEscape(c.Target), c.Measured, met)
 	}
 	if len(s.Notes) > 0 {
 		fmt.Fprintln(bw, "\n## Notes")
@@ -574,7 +641,7 @@ func rowCells(g Group, r Row) []string {
 		if *r.TargetMet {
 			mark = "✅"
 		}
-		target = mark + " " + r.Target
+		target = mark + " " + mdEscape(r.Target)
 	}
 	if r.Notes != "" {
 		target = strings.TrimSpace(target + " ¹ " + mdEscape(r.Notes))

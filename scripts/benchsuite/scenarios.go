@@ -184,8 +184,13 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 	cb := &combo{d: d, codec: codec, srv: srv, url: srv.base + "/" + d.object(codec), refDone: map[int]bool{}}
 	say("%s %s, profile %s: %s", d.name, codec, srv.name, cb.url)
 	sc := s.c.scenarios
-	// Scenario 10 publishes indexes of its own; the others use the saved ones.
-	if len(sc) > 1 || !sc["10"] && !sc["11"] {
+	// Scenarios 10 and 11 make indexes of their own, and 12 and 13 run on
+	// the local files; the others use the saved ones.
+	saved := false
+	for n := range sc {
+		saved = saved || n != "10" && n != "11" && !slices.Contains(localScenarios, n)
+	}
+	if saved {
 		if err := s.prepare(ctx, cb); err != nil {
 			return err
 		}
@@ -527,6 +532,13 @@ func (s *suite) indexPass(ctx context.Context, cb *combo, run int, tool string) 
 	out, err := timeStep(cb, &r, func() (string, error) {
 		return runCmd(ctx, s.c.indexTimeout, s.env, "", s.buildOf(tool).bin, "index", cb.url, "--cache-dir", cache, "--cache-disk", "0")
 	})
+	return s.settle(ctx, r, out, err)
+}
+
+// settle records r after its timed step, which printed out and ended with
+// err: failed with err and out's last line, or ok. Once ctx is done it
+// records nothing and returns ctx's error.
+func (s *suite) settle(ctx context.Context, r Result, out string, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -560,8 +572,11 @@ func (s *suite) extractTools(codec string) []string {
 		return tm
 	}
 	tools := append(tm, curlTar(codec))
-	if codec == "gz" {
+	switch codec {
+	case "gz":
 		tools = append(tools, toolCurlPigz, toolCurlRapid)
+	case "zst", "seekable":
+		tools = append(tools, toolCurlZstd)
 	}
 	return append(tools, toolAria)
 }
@@ -664,6 +679,8 @@ func (s *suite) peerCmd(codec, tool, url, dest, dl string) (argv []string, na st
 		return sh(`curl -sSf "$1" | tar -x ` + tarFlag + ` -C "$2"`), ""
 	case toolCurlPigz:
 		return sh(`curl -sSf "$1" | pigz -dc | tar -x -C "$2"`), ""
+	case toolCurlZstd:
+		return sh(`curl -sSf "$1" | zstd -dc | tar -x -C "$2"`), ""
 	case toolCurlRapid:
 		if s.c.rapidgzip == "" {
 			return nil, "rapidgzip is not installed (it comes with ratarmount)"

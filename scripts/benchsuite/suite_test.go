@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -352,6 +353,157 @@ func TestBootNames(t *testing.T) {
 		m, err := parseScenarios([]string{name})
 		if err != nil || len(m) != 1 || !m["10"] {
 			t.Errorf("parseScenarios(%s) = %v, %v; want scenario 10", name, m, err)
+		}
+	}
+}
+
+func TestLocalScenarioNames(t *testing.T) {
+	tests := []struct {
+		names     []string
+		anyLocal  bool
+		onlyLocal bool
+	}{
+		{[]string{"gzip-decode"}, true, true},
+		{[]string{"12", "extract-tmpfs"}, true, true},
+		{[]string{"gzip-decode", "extract-tmpfs", "extract"}, true, false},
+		{[]string{"extract", "boot"}, false, false},
+	}
+	for _, tt := range tests {
+		m, err := parseScenarios(tt.names)
+		if err != nil {
+			t.Fatalf("parseScenarios(%v): %v", tt.names, err)
+		}
+		c := &config{scenarios: m}
+		if got := c.anyLocal(); got != tt.anyLocal {
+			t.Errorf("%v: anyLocal() = %v, want %v", tt.names, got, tt.anyLocal)
+		}
+		if got := c.onlyLocal(); got != tt.onlyLocal {
+			t.Errorf("%v: onlyLocal() = %v, want %v", tt.names, got, tt.onlyLocal)
+		}
+	}
+	for name, want := range map[string]string{"gzip-decode": "12", "extract-tmpfs": "13"} {
+		if m, err := parseScenarios([]string{name}); err != nil || len(m) != 1 || !m[want] {
+			t.Errorf("parseScenarios(%s) = %v, %v; want scenario %s", name, m, err, want)
+		}
+	}
+}
+
+func TestExtractPeers(t *testing.T) {
+	s := &suite{c: &config{peers: true, builds: []build{{bin: "tarmount"}}}}
+	tests := []struct {
+		codec      string
+		has, lacks string
+	}{
+		{"gz", toolCurlRapid, toolCurlZstd},
+		{"zst", toolCurlZstd, toolCurlRapid},
+		{"seekable", toolCurlZstd, toolCurlPigz},
+		{"lz4", curlTar("lz4"), toolCurlZstd},
+	}
+	for _, tt := range tests {
+		tools := s.extractTools(tt.codec)
+		if !slices.Contains(tools, tt.has) || slices.Contains(tools, tt.lacks) {
+			t.Errorf("%s: tools %q, want %q and not %q", tt.codec, tools, tt.has, tt.lacks)
+		}
+		if _, na := s.peerCmd(tt.codec, tt.has, "http://x/a", "/d", "/dl"); tt.has != toolCurlRapid && na != "" {
+			t.Errorf("%s: peerCmd(%s) says %q, want a command", tt.codec, tt.has, na)
+		}
+	}
+}
+
+func TestRatioChecks(t *testing.T) {
+	mk := func(sc, codec, prof, tool string, run int, secs float64) Result {
+		return Result{Scenario: sc, Dataset: "go", Codec: codec, Profile: prof, Tool: tool, Run: run,
+			Status: statusOK, Seconds: secs, Fetched: -1, Requests: -1}
+	}
+	var rs []Result
+	for run := 1; run <= 3; run++ {
+		rs = append(rs,
+			mk(scGzipDecode, "gz", profileLocal, toolTMIndexPass, run, []float64{0.9, 1.0, 1.1}[run-1]),
+			mk(scGzipDecode, "gz", profileLocal, toolLibdeflate, run, 0.5),
+			mk(scGzipDecode, "gz", profileLocal, toolIgzip, run, 0.4),
+			mk(scTmpfs, "gz", profileLocal, toolTMIndex, run, 0.6),
+			mk(scTmpfs, "gz", profileLocal, toolTMCold, run, 1.4),
+			mk(scTmpfs, "gz", profileLocal, toolTarPlain, run, 0.5),
+			mk(scExtract, "gz", "objstore", toolTMCold, run, 0.8),
+			mk(scExtract, "gz", "objstore", toolCurlRapid, run, 1.0),
+			mk(scExtract, "zst", "objstore", toolTMCold, run, 1.0),
+			mk(scExtract, "zst", "objstore", curlTar("zst"), run, 1.0),
+			// No check on another profile.
+			mk(scExtract, "gz", "unshaped", toolTMCold, run, 0.8),
+			mk(scExtract, "gz", "unshaped", toolCurlRapid, run, 1.0),
+		)
+	}
+	// The peer failed: the lz4 row still gets its check, without a value.
+	rs = append(rs, mk(scExtract, "lz4", "objstore", toolTMCold, 1, 0.5),
+		Result{Scenario: scExtract, Dataset: "go", Codec: "lz4", Profile: "objstore", Tool: curlTar("lz4"), Status: statusFail, Note: "boom"})
+	s := summarize(rs, nil, nil)
+	type want struct {
+		scenario, codec, tool string
+		value                 float64
+		met                   bool
+		measured              string
+	}
+	// In the order of the report's groups.
+	wants := []want{
+		{scExtract, "gz", toolTMCold, 0.8, true, "0.800x (0.8 s / 1.00 s)"},
+		{scExtract, "zst", toolTMCold, 1, false, "1.000x (1.00 s / 1.00 s)"},
+		{scExtract, "lz4", toolTMCold, 0, false, "–"},
+		{scGzipDecode, "gz", toolTMIndexPass, 2, false, "2.000x (1.00 s / 0.5 s)"},
+		{scGzipDecode, "gz", toolTMIndexPass, 2.5, false, "2.500x (1.00 s / 0.4 s)"},
+		{scTmpfs, "gz", toolTMIndex, 1.2, true, "1.200x (0.6 s / 0.5 s)"},
+	}
+	if len(s.Targets) != len(wants) {
+		t.Fatalf("got %d checks %+v, want %d", len(s.Targets), s.Targets, len(wants))
+	}
+	for i, w := range wants {
+		c := s.Targets[i]
+		if c.Scenario != w.scenario || c.Codec != w.codec || c.Tool != w.tool || math.Abs(c.Value-w.value) > 1e-9 ||
+			c.Met != w.met || c.Measured != w.measured {
+			t.Errorf("check %d: got %s %s %s %v met %v %q, want %s %s %s %v met %v %q", i, c.Scenario, c.Codec, c.Tool, c.Value,
+				c.Met, c.Measured, w.scenario, w.codec, w.tool, w.value, w.met, w.measured)
+		}
+	}
+	// The rows carry the checks as their targets (not the moonshot's).
+	for _, g := range s.Groups {
+		for _, r := range g.Rows {
+			if g.Scenario == scGzipDecode && r.Tool == toolTMIndexPass && r.Target != "≤ 1x libdeflate-gunzip -c (0.5 s)" {
+				t.Errorf("index pass row: target %q, want the one over libdeflate-gunzip", r.Target)
+			}
+			if g.Scenario == scExtract && g.Profile == "unshaped" && r.Tool == toolTMCold && r.Target != "< every peer (1 s)" {
+				t.Errorf("unshaped extraction row: target %q, want scenario 5's own", r.Target)
+			}
+		}
+	}
+	checkReport(t, s,
+		"## 12. gzip decode of the local .tar.gz to /dev/null: the targets, from the medians of this run",
+		"| go | gz | local | tarmount index | the index pass of a local .tar.gz ≤ 1x libdeflate-gunzip -c | 2.000x (1.00 s / 0.5 s) | ❌ missed |",
+		"## 13. extraction of the local .tar.gz to tmpfs: the targets",
+		"✅ ≤ 1.5x tar -x of the plain .tar (0.75 s)",
+		"## 5. full extraction: the targets",
+		"| ✅ ≤ 0.8x curl \\| rapidgzip -d \\| tar -x (0.8 s) |",
+		"| go | lz4 | objstore | tarmount extract (no index) | the first extraction (no index) ≤ 0.6x curl \\| lz4 -dc \\| tar -x | – | ❌ no value |",
+	)
+}
+
+func TestRatioChecksPerBuild(t *testing.T) {
+	var rs []Result
+	for _, r := range []struct {
+		tool string
+		secs float64
+	}{{toolTMIndex + " [old]", 1.0}, {toolTMIndex + " [new]", 0.7}, {toolTarPlain, 0.5}} {
+		rs = append(rs, Result{Scenario: scTmpfs, Dataset: "go", Codec: "gz", Profile: profileLocal, Tool: r.tool, Run: 1,
+			Status: statusOK, Seconds: r.secs, Fetched: -1, Requests: -1})
+	}
+	s := summarize(rs, nil, nil)
+	if len(s.Targets) != 2 {
+		t.Fatalf("got %d checks %+v, want one per build", len(s.Targets), s.Targets)
+	}
+	for i, w := range []struct {
+		tool string
+		met  bool
+	}{{toolTMIndex + " [old]", false}, {toolTMIndex + " [new]", true}} {
+		if c := s.Targets[i]; c.Tool != w.tool || c.Met != w.met {
+			t.Errorf("check %d: got %s met %v, want %s met %v", i, c.Tool, c.Met, w.tool, w.met)
 		}
 	}
 }

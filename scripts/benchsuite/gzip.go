@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Scenarios 12 and 13 measure tarmount's gzip decoding against the best C
+// decoders, on the local .tar.gz of each dataset (no server, no network):
+//
+//	12. gzip-decode: `tarmount index FILE` with an empty cache against
+//	    libdeflate-gunzip -c, igzip -dc, rapidgzip -P1 -d -c and gzip -dc,
+//	    each to /dev/null;
+//	13. extract-tmpfs: `tarmount extract FILE DIR` with a saved index and
+//	    without one, against tar -x of the plain .tar (the write floor)
+//	    and pigz -dc | tar -x, each run of each tool into a tmpfs of its
+//	    own, mounted before and unmounted after.
+//
+// Their rows carry the profile "local". The tools of one run go in
+// alternating order, as in every scenario.
+
+// Tool names of scenarios 12 and 13 (and scenario 5's zstd pipe).
+const (
+	toolLibdeflate = "libdeflate-gunzip -c"
+	toolIgzip      = "igzip -dc"
+	toolRapidP1    = "rapidgzip -P1 -d -c"
+	toolGzip       = "gzip -dc"
+	toolTarPlain   = "tar -x of the plain .tar"
+	toolPigzTar    = "pigz -dc | tar -x"
+	toolCurlZstd   = "curl | zstd -d | tar -x"
+)
+
+// profileLocal is the profile of the rows of scenarios 12 and 13.
+const profileLocal = "local"
+
+// localScenarios are the scenarios that read the dataset's local files.
+var localScenarios = []string{"12", "13"}
+
+// localResult is a Result of scenario sc on the local files of d.
+func localResult(d *dataset, sc, tool string, run int) Result {
+	return Result{Scenario: sc, Dataset: d.name, Codec: "gz", Profile: profileLocal, Tool: tool, Run: run,
+		Fetched: -1, Requests: -1, Payload: d.facts.TarBytes}
+}
+
+// gzipLocal runs scenarios 12 and 13, whichever are chosen, on the local
+// .tar.gz of d: RUNS rounds of each.
+func (s *suite) gzipLocal(ctx context.Context, d *dataset) error {
+	sc := s.c.scenarios
+	if !s.c.anyLocal() {
+		return nil
+	}
+	gz := filepath.Join(d.dir, d.object("gz"))
+	// Every tool reads the archive from the page cache: read it once,
+	// untimed.
+	if out, err := runCmd(ctx, s.c.stepTimeout, s.env, "", toDevNull("cat", gz, d.tarPath())...); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("read %s: %v: %s", gz, err, lastLine(out))
+	}
+	var idx map[string]string
+	if sc["13"] {
+		idx = s.saveLocalIndexes(ctx, d, gz)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	for run := 1; run <= s.c.runs; run++ {
+		if sc["12"] {
+			say("%s gz %s, run %d/%d: gzip decode to /dev/null", d.name, profileLocal, run, s.c.runs)
+			tools := s.withPeers(s.tools(toolTMIndexPass), toolLibdeflate, toolIgzip, toolRapidP1, toolGzip)
+			for _, t := range inOrder(run, tools...) {
+				if err := s.gzipDecode(ctx, d, gz, run, t); err != nil {
+					return err
+				}
+			}
+		}
+		if sc["13"] {
+			say("%s gz %s, run %d/%d: extraction to tmpfs", d.name, profileLocal, run, s.c.runs)
+			tools := append(s.tools(toolTMCold), s.tools(toolTMIndex)...)
+			for _, t := range inOrder(run, s.withPeers(tools, toolTarPlain, toolPigzTar)...) {
+				if err := s.extractTmpfs(ctx, d, gz, idx, run, t); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// saveLocalIndexes saves each build's index of the local archive gz
+// (untimed) and returns their cache dirs by build name; a build whose
+// index failed has none.
+func (s *suite) saveLocalIndexes(ctx context.Context, d *dataset, gz string) map[string]string {
+	idx := map[string]string{}
+	for _, b := range s.c.builds {
+		dir := filepath.Join(s.work, "idx", "tm-"+d.name+"-gz-"+profileLocal)
+		if b.name != "" {
+			dir += "-" + b.name
+		}
+		info("saving %s's index of %s (tarmount index FILE --cache-dir D)", b.tool(toolTM), filepath.Base(gz))
+		out, err := runCmd(ctx, s.c.indexTimeout, s.env, "", b.bin, "index", gz, "--cache-dir", dir, "--cache-disk", "0", "--no-sidecar")
+		if err != nil {
+			warnf("%s index %s failed: %v: %s", b.tool(toolTM), gz, err, lastLine(out))
+			continue
+		}
+		idx[b.name] = dir
+	}
+	return idx
+}
+
+// decodeCmd returns the command line of a scenario-12 decoder that
+// writes the tar of gz to /dev/null, or why it cannot run here.
+func (s *suite) decodeCmd(tool, gz string) (argv []string, na string) {
+	var cmd []string
+	switch tool {
+	case toolLibdeflate:
+		cmd = []string{"libdeflate-gunzip", "-c", gz}
+	case toolIgzip:
+		cmd = []string{"igzip", "-dc", gz}
+	case toolRapidP1:
+		if s.c.rapidgzip == "" {
+			return nil, "rapidgzip is not installed"
+		}
+		cmd = []string{s.c.rapidgzip, "-P", "1", "-d", "-c", gz}
+	case toolGzip:
+		cmd = []string{"gzip", "-dc", gz}
+	default:
+		return nil, fmt.Sprintf("no decoder %q", tool)
+	}
+	if _, err := exec.LookPath(cmd[0]); err != nil {
+		return nil, cmd[0] + " is not installed"
+	}
+	return toDevNull(cmd...), ""
+}
+
+// toDevNull returns argv with its standard output sent to /dev/null.
+func toDevNull(argv ...string) []string {
+	return append([]string{"/bin/sh", "-c", `exec "$0" "$@" >/dev/null`}, argv...)
+}
+
+// gzipDecode is one run of scenario 12 for one tool.
+func (s *suite) gzipDecode(ctx context.Context, d *dataset, gz string, run int, tool string) error {
+	r := localResult(d, scGzipDecode, tool, run)
+	var argv []string
+	if base, _ := splitTool(tool); base == toolTMIndexPass {
+		cache := filepath.Join(s.work, "cold-cache")
+		os.RemoveAll(cache)
+		defer os.RemoveAll(cache)
+		argv = []string{s.buildOf(tool).bin, "index", gz, "--cache-dir", cache, "--cache-disk", "0", "--no-sidecar"}
+	} else {
+		var na string
+		if argv, na = s.decodeCmd(tool, gz); na != "" {
+			if run == 1 {
+				r.Status, r.Note = statusNA, na
+				s.record(r)
+			}
+			return nil
+		}
+	}
+	out, err := s.runTimed(ctx, &r, argv)
+	return s.settle(ctx, r, out, err)
+}
+
+// runTimed runs argv as r's timed step: it sets r's seconds and returns
+// argv's output and error.
+func (s *suite) runTimed(ctx context.Context, r *Result, argv []string) (string, error) {
+	t0 := time.Now()
+	out, err := runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
+	r.Seconds = time.Since(t0).Seconds()
+	return out, err
+}
+
+// extractTmpfs is one run of scenario 13 for one tool: its tree goes to
+// a tmpfs mounted for it alone.
+func (s *suite) extractTmpfs(ctx context.Context, d *dataset, gz string, idx map[string]string, run int, tool string) error {
+	r := localResult(d, scTmpfs, tool, run)
+	mnt := filepath.Join(s.work, "tmpfs")
+	dest := filepath.Join(mnt, "x")
+	base, bn := splitTool(tool)
+	var argv []string
+	switch base {
+	case toolTMCold, toolTMIndex:
+		cache := idx[bn]
+		if base == toolTMCold {
+			cache = filepath.Join(s.work, "cold-cache")
+			os.RemoveAll(cache)
+			defer os.RemoveAll(cache)
+		} else if cache == "" {
+			s.fail(r, "%s index %s failed", s.buildOf(tool).tool(toolTM), filepath.Base(gz))
+			return nil
+		}
+		argv = []string{s.buildOf(tool).bin, "extract", gz, dest, "--cache-dir", cache, "--cache-disk", "0", "--no-sidecar", "--quiet"}
+	case toolTarPlain:
+		argv = []string{"tar", "-x", "-f", d.tarPath(), "-C", dest}
+	case toolPigzTar:
+		argv = []string{"bash", "-o", "pipefail", "-c", `pigz -dc "$1" | tar -x -C "$2"`, "_", gz, dest}
+	default:
+		return fmt.Errorf("no extracting tool %q for tmpfs", tool)
+	}
+	f := d.facts
+	size := f.TarBytes*5/4 + int64(f.Files+f.Dirs)*4096 + 64<<20
+	if err := mountTmpfs(ctx, mnt, size); err != nil {
+		return err
+	}
+	defer unmountTmpfs(mnt)
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return err
+	}
+	out, err := s.runTimed(ctx, &r, argv)
+	if err == nil {
+		// The check, as in scenario 5: the count of regular files.
+		var n int
+		if n, err = countFiles(dest); err == nil && n != f.Files {
+			err = fmt.Errorf("%d files extracted, want %d", n, f.Files)
+		}
+		out = ""
+	}
+	return s.settle(ctx, r, out, err)
+}
+
+// mountTmpfs mounts a new tmpfs of size bytes at dir (registered for the
+// final cleanup); the suite's tmpfs mounts are named tarmount-suite.
+func mountTmpfs(ctx context.Context, dir string, size int64) error {
+	if err := useMountpoint(dir); err != nil {
+		return err
+	}
+	if out, err := runCmd(ctx, time.Minute, nil, "", "mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10)+",mode=0755",
+		"tarmount-suite", dir); err != nil {
+		return fmt.Errorf("mount a tmpfs at %s: %v: %s", dir, err, lastLine(out))
+	}
+	return nil
+}
+
+// unmountTmpfs unmounts the tmpfs at dir, which frees its files.
+func unmountTmpfs(dir string) {
+	if out, err := runCmd(context.Background(), time.Minute, nil, "", "umount", dir); err != nil {
+		warnf("umount %s: %v: %s", dir, err, lastLine(out))
+		detach(dir)
+	}
+}
