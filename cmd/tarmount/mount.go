@@ -96,13 +96,14 @@ func mount(ctx context.Context, stop context.CancelFunc, url, mountpoint string,
 	} else if !st.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", mountpoint)
 	}
-	if !c.nonempty && !emptyDir(mountpoint) && !isMountpoint(mountpoint) {
-		log.Warn("mountpoint is not empty: what it holds is hidden while mounted (--nonempty: no warning)", "path", mountpoint)
-	}
 	if c.mat.dir != "" {
 		if err := outsideMountpoint(c.mat.dir, mountpoint); err != nil {
 			return err
 		}
+	}
+	// After the refusals: a command line refused says only why.
+	if !c.nonempty && !emptyDir(mountpoint) && !isMountpoint(mountpoint) {
+		log.Warn("mountpoint is not empty: what it holds is hidden while mounted (--nonempty: no warning)", "path", mountpoint)
 	}
 	// The caches hold cache-mem bytes; a soft limit a little above keeps
 	// the garbage collector from letting the heap grow to twice that, so
