@@ -141,11 +141,7 @@ func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
 // extracts from the packed file.
 func TestPackMountsWithoutPass(t *testing.T) {
 	needFUSE(t)
-	for _, tool := range []string{"zstd", "xz"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Missing(t, "%s not installed", tool)
-		}
-	}
+	needTools(t, "zstd", "xz")
 	work := t.TempDir()
 	src, served := filepath.Join(work, "src"), filepath.Join(work, "served")
 	if err := os.Mkdir(served, 0o755); err != nil {
@@ -199,9 +195,7 @@ func TestPackMountsWithoutPass(t *testing.T) {
 // (one zstd frame) is given once per version of the archive, not on every
 // ls; a new version is warned of again.
 func TestStreamOnlyWarnedOnce(t *testing.T) {
-	if _, err := exec.LookPath("zstd"); err != nil {
-		testutil.Missing(t, "zstd not installed")
-	}
+	needTools(t, "zstd")
 	work := t.TempDir()
 	plain, archive := filepath.Join(work, "a.tar"), filepath.Join(work, "a.tar.zst")
 	cache := filepath.Join(work, "cache")

@@ -493,9 +493,7 @@ func TestExtractProgressLines(t *testing.T) {
 // One difference is deliberate: a hard link whose target is left out
 // holds the data itself, where GNU tar fails to make it (plus).
 func TestExtractSelection(t *testing.T) {
-	if _, err := exec.LookPath("tar"); err != nil {
-		testutil.Missing(t, "GNU tar is not installed")
-	}
+	needTools(t, "tar")
 	work := t.TempDir()
 	src := filepath.Join(work, "src")
 	for _, f := range []string{"top/a.md", "top/b.txt", "top/pkg/c.md", "top/pkg/sub/d.md", "top/pkg/sub/e_test.go",

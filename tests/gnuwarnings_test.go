@@ -2,7 +2,6 @@ package tests
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
@@ -23,9 +21,7 @@ import (
 // saved index, and in a mount. GNU tar's words come from running it here.
 func TestGNUWarnings(t *testing.T) {
 	needFUSE(t)
-	if _, err := exec.LookPath("tar"); err != nil {
-		testutil.Missing(t, "GNU tar is not installed")
-	}
+	needTools(t, "tar")
 	file := func(name string, pax ...string) tarbuild.Member {
 		return tarbuild.Member{Name: name, Body: name + "\n", PAX: pax}
 	}

@@ -25,6 +25,18 @@ var goTestdataCodecs = []struct{ codec, tool string }{
 	{"none", ""}, {"gzip", "gzip"}, {"zstd", "zstd"}, {"lz4", "lz4"}, {"bzip2", "bzip2"}, {"xz", "xz"},
 }
 
+// goTestdataTools are the tools the tests of this file run: GNU tar and
+// bsdtar for the expected trees, and the CLI of each codec.
+func goTestdataTools() []string {
+	tools := []string{"tar", "bsdtar"}
+	for _, c := range goTestdataCodecs {
+		if c.tool != "" {
+			tools = append(tools, c.tool)
+		}
+	}
+	return tools
+}
+
 // TestGoTarTestdata: every archive in Go's archive/tar testdata, in every
 // codec, through `tarmount extract` and through a mount, gives the tree
 // that GNU tar extracts; where GNU tar fails and bsdtar succeeds, bsdtar's;
@@ -32,17 +44,7 @@ var goTestdataCodecs = []struct{ codec, tool string }{
 // The expectations come from running both tools here, on the plain tar.
 func TestGoTarTestdata(t *testing.T) {
 	needFUSE(t)
-	tools := []string{"tar", "bsdtar"}
-	for _, c := range goTestdataCodecs {
-		if c.tool != "" {
-			tools = append(tools, c.tool)
-		}
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Missing(t, "%s is not installed", tool)
-		}
-	}
+	needTools(t, goTestdataTools()...)
 	src := filepath.Join(runtime.GOROOT(), "src", "archive", "tar", "testdata")
 	ents, err := os.ReadDir(src)
 	if err != nil {
@@ -77,11 +79,7 @@ func TestGoTarTestdata(t *testing.T) {
 // extract and mount with the times GNU tar gives them.
 func TestTimesBeyondNanoseconds(t *testing.T) {
 	needFUSE(t)
-	for _, tool := range []string{"tar", "bsdtar", "gzip", "zstd", "lz4", "bzip2", "xz"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Missing(t, "%s is not installed", tool)
-		}
-	}
+	needTools(t, goTestdataTools()...)
 	src := t.TempDir()
 	times := map[string]time.Time{
 		"y2400":   time.Date(2400, 1, 1, 0, 0, 0, 5e8, time.UTC),
@@ -140,11 +138,7 @@ func TestTimesBeyondNanoseconds(t *testing.T) {
 // the member left; the tree is GNU tar's, in every codec.
 func TestGNUHardLinkTargets(t *testing.T) {
 	needFUSE(t)
-	for _, tool := range []string{"tar", "bsdtar", "gzip", "zstd", "lz4", "bzip2", "xz"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testutil.Missing(t, "%s is not installed", tool)
-		}
-	}
+	needTools(t, goTestdataTools()...)
 	link := func(name, target string) tarbuild.Member {
 		return tarbuild.Member{Name: name, Type: tarbuild.TypeLink, Link: target}
 	}

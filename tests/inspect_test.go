@@ -311,9 +311,7 @@ func TestInspectGlobs(t *testing.T) {
 // nothing else: ls and stat write no decoded copy, cat one in a temporary
 // directory that is gone when it exits.
 func TestInspectLocalKeepsNoCopy(t *testing.T) {
-	if _, err := exec.LookPath("zstd"); err != nil {
-		testutil.Missing(t, "zstd not installed")
-	}
+	needTools(t, "zstd")
 	work := t.TempDir()
 	body := strings.Repeat("stream only, many spans\n", 1<<16)
 	plain, archive := filepath.Join(work, "a.tar"), filepath.Join(work, "a.tar.zst")
@@ -354,9 +352,7 @@ func TestInspectLocalKeepsNoCopy(t *testing.T) {
 // version, the commit and its date, and the Go version, from the build
 // information the Go toolchain records (not "(devel)").
 func TestVersionFromBuildInfo(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		testutil.Missing(t, "git is not installed")
-	}
+	needTools(t, "git")
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Fatalf("not in a git checkout: %v", err)

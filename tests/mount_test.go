@@ -57,6 +57,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// needTools fails (under CI) or skips t when one of the commands is not
+// installed.
+func needTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Missing(t, "%s is not installed", tool)
+		}
+	}
+}
+
 func needFUSE(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
