@@ -372,11 +372,23 @@ func TestS3RegionProbeNotWaited(t *testing.T) {
 	require.NoError(t, err)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	var held atomic.Int64
+	arrived := make(chan struct{})
+	var once sync.Once
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead && strings.Trim(r.URL.Path, "/") == "slowprobe" {
 			held.Add(1)
+			once.Do(func() { close(arrived) })
 			<-r.Context().Done()
 			return
+		}
+		if r.Method == http.MethodHead {
+			// The HeadObject answers only once the probe is held, so
+			// that the probe is surely in flight when the open could
+			// end: else a fast reply cancels it before it is sent.
+			select {
+			case <-arrived:
+			case <-time.After(5 * time.Second):
+			}
 		}
 		proxy.ServeHTTP(w, r)
 	}))
