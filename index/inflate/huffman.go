@@ -1,6 +1,9 @@
 package inflate
 
-import "errors"
+import (
+	"errors"
+	"math/bits"
+)
 
 // A decode table maps the next bits of the stream (LSB first) to a symbol.
 // Each entry is a uint32:
@@ -143,8 +146,12 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		table = make([]uint32, total)
 	}
 	table = table[:total]
-	for i := range table {
-		table[i] = invalidEntry
+	if left > 0 {
+		// Only an incomplete code leaves entries unfilled; a complete
+		// one fills every primary and subtable entry below.
+		for i := range table {
+			table[i] = invalidEntry
+		}
 	}
 	at := size
 	for p := 0; p < size; p++ {
@@ -179,11 +186,7 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 	return table, nil
 }
 
+// reverse returns the n low bits of code in reverse order.
 func reverse(code uint32, n uint) uint32 {
-	var r uint32
-	for i := uint(0); i < n; i++ {
-		r = r<<1 | code&1
-		code >>= 1
-	}
-	return r
+	return bits.Reverse32(code) >> (32 - n)
 }

@@ -957,8 +957,26 @@ func init() {
 func fixedTables() ([]uint32, []uint32) { return fixedLit, fixedDist }
 
 // huffman decodes symbols of a Huffman block until the block ends or the
-// output reaches stop. The hot loop keeps the bit buffer in locals.
+// output reaches stop: with huffmanFast while the input and the output are
+// far from their ends, else with huffmanCareful.
 func (z *Reader) huffman(stop int) error {
+	for {
+		if z.huffmanFast(stop) == fastEnd {
+			z.endBlock()
+			return nil
+		}
+		again, err := z.huffmanCareful(stop)
+		if err != nil || !again {
+			return err
+		}
+	}
+}
+
+// huffmanCareful decodes symbols of a Huffman block, checking every read
+// and write, until the block ends or the output reaches stop; or, once it
+// has decoded a symbol, until huffmanFast can go on (again). The hot loop
+// keeps the bit buffer in locals.
+func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 	bits, nbits := z.bits, z.nbits
 	in, inPos, inEnd := z.in, z.inPos, z.inEnd
 	out, op := z.out, z.op
@@ -969,7 +987,11 @@ func (z *Reader) huffman(stop int) error {
 	save := func() {
 		z.bits, z.nbits, z.inPos, z.op = bits, nbits, inPos, op
 	}
-	for op < stop {
+	for first := true; op < stop; first = false {
+		if !first && virt == 0 && inPos+fastInput <= inEnd {
+			save()
+			return true, nil
+		}
 		if nbits < 48 {
 			if inPos+8 <= inEnd {
 				bits |= binary.LittleEndian.Uint64(in[inPos:]) << nbits
@@ -978,7 +1000,7 @@ func (z *Reader) huffman(stop int) error {
 			} else {
 				save()
 				if err := z.refillSlow(); err != nil {
-					return err
+					return false, err
 				}
 				bits, nbits, virt = z.bits, z.nbits, z.virt
 				in, inPos, inEnd = z.in, z.inPos, z.inEnd
@@ -994,7 +1016,7 @@ func (z *Reader) huffman(stop int) error {
 			nbits -= uint(e & 0xff)
 			if nbits < virt {
 				save()
-				return z.truncated()
+				return false, z.truncated()
 			}
 			out[op] = byte(e >> 16)
 			op++
@@ -1028,13 +1050,13 @@ func (z *Reader) huffman(stop int) error {
 			nbits -= uint(e & 0xff)
 			save()
 			if z.overread() {
-				return z.truncated()
+				return false, z.truncated()
 			}
 			z.endBlock()
-			return nil
+			return false, nil
 		default:
 			save()
-			return z.corrupt("invalid literal/length code")
+			return false, z.corrupt("invalid literal/length code")
 		}
 		total := e & 0xff
 		clen := e >> 8 & 0xf
@@ -1048,7 +1070,7 @@ func (z *Reader) huffman(stop int) error {
 		}
 		if d>>12&0xf != kindDist {
 			save()
-			return z.corrupt("invalid distance code")
+			return false, z.corrupt("invalid distance code")
 		}
 		total = d & 0xff
 		clen = d >> 8 & 0xf
@@ -1057,12 +1079,12 @@ func (z *Reader) huffman(stop int) error {
 		nbits -= uint(total)
 		if nbits < virt {
 			save()
-			return z.truncated()
+			return false, z.truncated()
 		}
 		if distance > op-hist {
 			if distance > op-hist+len(z.pre) {
 				save()
-				return z.corrupt("distance %d too far back", distance)
+				return false, z.corrupt("distance %d too far back", distance)
 			}
 			// Only DecodeInto, in the first WindowSize bytes: the match
 			// starts in the window that precedes out.
@@ -1094,7 +1116,7 @@ func (z *Reader) huffman(stop int) error {
 	}
 	save()
 	if z.overread() {
-		return z.truncated()
+		return false, z.truncated()
 	}
-	return nil
+	return false, nil
 }
