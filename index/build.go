@@ -96,7 +96,8 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		if !p.Source.Equal(id) {
 			return nil, fmt.Errorf("%w: the partial index was built for %s", ErrIdentity, p.Source)
 		}
-		codec, opts.Span, pr.consumed = p.Codec, p.Span, p.In()
+		codec, opts.Span = p.Codec, p.Span
+		pr.consumed.Store(p.In())
 	} else {
 		var head []byte
 		if codec, head, err = sniffStream(pr); err != nil {
@@ -169,7 +170,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 				return nil, err
 			}
 			if opts.OnProgress != nil {
-				opts.OnProgress(pr.consumed)
+				opts.OnProgress(pr.consumed.Load())
 			}
 		}
 		h, err := sc.Next()
@@ -237,7 +238,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 	}
 	if opts.OnProgress != nil {
-		opts.OnProgress(pr.consumed)
+		opts.OnProgress(pr.consumed.Load())
 	}
 	if err := b.finish(); err != nil {
 		return nil, err
