@@ -64,8 +64,10 @@ type BuildOptions struct {
 // Build reads the whole archive from r, which yields the object as stored
 // from its first byte, and returns its index. id is recorded as the
 // source identity. A Discard(int64) method on r is used to skip member data
-// of uncompressed archives. A build that ctx stops returns an error
-// wrapping ctx.Err(), never ErrCorrupt.
+// of uncompressed archives. The decoder of a compressed archive may read r
+// on a goroutine of its own, never concurrently with another read: Build
+// returns once its read in progress has returned. A build that ctx stops
+// returns an error wrapping ctx.Err(), never ErrCorrupt.
 func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOptions) (ix *Index, err error) {
 	if opts.Live != nil {
 		defer func() {
