@@ -44,7 +44,7 @@ func Pack(ctx context.Context, src, out string, level int, opts Options) (*index
 		}
 		blocks := fetch.NewBlocks(s, opts.blocksOptions(nil))
 		stream := blocks.Stream(ctx, 0)
-		closeSrc = func() {
+		closeStream := func() {
 			stream.Close()
 			blocks.Close()
 			s.Close()
@@ -54,8 +54,14 @@ func Pack(ctx context.Context, src, out string, level int, opts Options) (*index
 		}
 		dec, codec, err := index.NewDecoder(stream)
 		if err != nil {
-			closeSrc()
+			closeStream()
 			return nil, fmt.Errorf("pack %s: %w", src, err)
+		}
+		// The decoder may read the stream on a goroutine of its own:
+		// it stops before the stream is closed.
+		closeSrc = func() {
+			dec.Close()
+			closeStream()
 		}
 		log.Info("packing", "src", s.String(), "codec", codec.String())
 		tarStream = dec

@@ -64,8 +64,10 @@ type BuildOptions struct {
 // Build reads the whole archive from r, which yields the object as stored
 // from its first byte, and returns its index. id is recorded as the
 // source identity. A Discard(int64) method on r is used to skip member data
-// of uncompressed archives. A build that ctx stops returns an error
-// wrapping ctx.Err(), never ErrCorrupt.
+// of uncompressed archives. The decoder of a compressed archive may read r
+// on a goroutine of its own, never concurrently with another read: Build
+// returns once its read in progress has returned. A build that ctx stops
+// returns an error wrapping ctx.Err(), never ErrCorrupt.
 func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOptions) (ix *Index, err error) {
 	if opts.Live != nil {
 		defer func() {
@@ -96,7 +98,8 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		if !p.Source.Equal(id) {
 			return nil, fmt.Errorf("%w: the partial index was built for %s", ErrIdentity, p.Source)
 		}
-		codec, opts.Span, pr.consumed = p.Codec, p.Span, p.In()
+		codec, opts.Span = p.Codec, p.Span
+		pr.consumed.Store(p.In())
 	} else {
 		var head []byte
 		if codec, head, err = sniffStream(pr); err != nil {
@@ -169,7 +172,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 				return nil, err
 			}
 			if opts.OnProgress != nil {
-				opts.OnProgress(pr.consumed)
+				opts.OnProgress(pr.consumed.Load())
 			}
 		}
 		h, err := sc.Next()
@@ -237,7 +240,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 	}
 	if opts.OnProgress != nil {
-		opts.OnProgress(pr.consumed)
+		opts.OnProgress(pr.consumed.Load())
 	}
 	if err := b.finish(); err != nil {
 		return nil, err

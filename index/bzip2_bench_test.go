@@ -50,6 +50,7 @@ func bzip2Bench(b *testing.B) ([]byte, int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer d.Close()
 	size, err := io.Copy(io.Discard, d)
 	if err != nil {
 		b.Fatal(err)

@@ -29,6 +29,7 @@ func sequential(t testing.TB, obj []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer d.Close()
 	want, err := io.ReadAll(d)
 	if err != nil {
 		t.Fatalf("sequential decode: %v", err)

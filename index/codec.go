@@ -85,12 +85,14 @@ type trailer interface{ trailing() string }
 // tar, recognized by a header checksum rather than by a magic number, last.
 var registry = []codec{
 	{
-		id:      CodecGzip,
-		name:    "gzip",
-		sniff:   startsWith(magicGzip),
-		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newGzipPass(r, rec), nil) },
+		id:    CodecGzip,
+		name:  "gzip",
+		sniff: startsWith(magicGzip),
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) {
+			return passClosing(newGzipPass(r, rec), nil)
+		},
 		resume: func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error) {
-			return passOf(newGzipPassAt(r, cp, window, rec))
+			return passClosing(newGzipPassAt(r, cp, window, rec))
 		},
 		decodeSpan: decodeGzipSpan,
 		kinds:      []inflate.Kind{inflate.KindMember, inflate.KindBlock},

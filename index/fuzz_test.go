@@ -35,6 +35,7 @@ func checkSpans(t *testing.T, obj []byte) {
 	if err != nil {
 		t.Fatalf("the pass succeeded, NewDecoder failed: %v", err)
 	}
+	defer d.Close()
 	want, err := io.ReadAll(io.LimitReader(d, ix.TarSize+1))
 	if err != nil || int64(len(want)) != ix.TarSize {
 		t.Fatalf("sequential decode: %d bytes, %v; the pass found %d", len(want), err, ix.TarSize)

@@ -10,16 +10,21 @@ import (
 	"github.com/tarmount/tarmount/index/inflate"
 )
 
-// gzipPass decodes gzip with our inflater, which reports its checkpoints.
+// gzipPass decodes gzip with our inflater, which reports its checkpoints,
+// on a goroutine of its own (pipe): the span digests, checkpoint windows
+// and everything else the pass does with the output run on the reader's
+// goroutine, while the inflater decodes what follows.
 type gzipPass struct {
-	*inflate.Reader
-	rec *recorder
-	err error
+	*pipe
+	z         *inflate.Reader // read by the pipe's goroutine until it ends
+	rec       *recorder
+	windowErr error // the first error compressing a checkpoint's window
 }
 
 func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
-	g := &gzipPass{rec: rec}
-	g.Reader = inflate.NewReader(r, g.options())
+	g := &gzipPass{pipe: newPipe(0, rec.write), rec: rec}
+	g.z = inflate.NewReader(r, g.options())
+	g.start(g.z)
 	return g
 }
 
@@ -27,48 +32,52 @@ func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
 // yields the stream from cp.In on. The member it enters has its trailer
 // checked with the sums the first pass recorded at cp.
 func newGzipPassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*gzipPass, error) {
-	g := &gzipPass{rec: rec}
+	g := &gzipPass{pipe: newPipe(int64(cp.Out), rec.write), rec: rec}
 	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
 	if len(cp.pass) == 8 {
 		icp.Sums, icp.CRC, icp.Size = true, binary.LittleEndian.Uint32(cp.pass), binary.LittleEndian.Uint32(cp.pass[4:])
 	}
 	var err error
-	if g.Reader, err = inflate.NewReaderAt(r, icp, g.options()); err != nil {
+	if g.z, err = inflate.NewReaderAt(r, icp, g.options()); err != nil {
 		return nil, fmt.Errorf("%w: resume at checkpoint %d: %v", ErrCorrupt, cp.In, err)
 	}
+	g.start(g.z)
 	return g, nil
 }
 
-// options makes the inflater report its output and checkpoints to g.rec.
+// options makes the inflater report its checkpoints to the pipe, which
+// records them in order with the output (checkpoint).
 func (g *gzipPass) options() inflate.Options {
-	rec := g.rec
 	return inflate.Options{
-		Span:   rec.span,
-		OnData: rec.write,
-		OnCheckpoint: func(cp inflate.Checkpoint) {
-			c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
-			if cp.Sums {
-				c.pass = binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, cp.CRC), cp.Size)
-			}
-			if len(cp.Window) > 0 {
-				var err error
-				if c.window, err = compressWindow(cp.Window); err != nil && g.err == nil {
-					g.err = err
-				}
-			}
-			rec.mark(c)
-		},
+		Span:         g.rec.span,
+		OnCheckpoint: func(cp inflate.Checkpoint) { g.mark(cp.Out, func() { g.checkpoint(cp) }) },
 	}
 }
 
+// checkpoint records cp, once every byte before it is recorded.
+func (g *gzipPass) checkpoint(cp inflate.Checkpoint) {
+	c := Checkpoint{Kind: cp.Kind, In: CompressedOffset(cp.In), Bit: cp.Bit, Out: UncompressedOffset(cp.Out)}
+	if cp.Sums {
+		c.pass = binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, cp.CRC), cp.Size)
+	}
+	if len(cp.Window) > 0 {
+		var err error
+		if c.window, err = compressWindow(cp.Window); err != nil && g.windowErr == nil {
+			g.windowErr = err
+		}
+	}
+	g.rec.mark(c)
+}
+
 func (g *gzipPass) finish() (int64, int64, error) {
+	defer g.close()
 	if _, err := g.Discard(math.MaxInt64); err != nil && err != io.EOF {
 		return 0, 0, err
 	}
-	if g.err != nil {
-		return 0, 0, g.err
+	if g.windowErr != nil {
+		return 0, 0, g.windowErr
 	}
-	return g.Offset(), g.rec.ix.Source.Size, nil
+	return g.offset(), g.rec.ix.Source.Size, nil
 }
 
 func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, _, size int64, buf []byte) ([]byte, error) {
@@ -91,8 +100,9 @@ func decodeGzipSpan(comp []byte, cp Checkpoint, window []byte, _, size int64, bu
 	return readSpan(z, size, buf)
 }
 
+// trailing is called after finish: the inflater is done.
 func (g *gzipPass) trailing() string {
-	if g.Trailing() {
+	if g.z.Trailing() {
 		return "data after the last gzip member ignored, as gzip -d does"
 	}
 	return ""

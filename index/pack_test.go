@@ -80,6 +80,7 @@ func TestPack(t *testing.T) {
 			if err != nil || codec != tc.codec {
 				t.Fatalf("NewDecoder: %v, %v", codec, err)
 			}
+			defer d.Close()
 			var again bytes.Buffer
 			if _, err := Pack(context.Background(), &again, d, PackOptions{Span: 512 << 10}); err != nil {
 				t.Fatal(err)

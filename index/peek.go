@@ -2,14 +2,16 @@ package index
 
 import (
 	"io"
+	"sync/atomic"
 )
 
 // peekReader reads ahead a little for sniffing and passes Discard on to
-// the underlying reader when it has one.
+// the underlying reader when it has one. consumed may be read while
+// another goroutine reads (a pass decoder's).
 type peekReader struct {
 	r        io.Reader
 	buf      []byte
-	consumed int64
+	consumed atomic.Int64 // bytes read or discarded
 }
 
 func (p *peekReader) peek(n int) ([]byte, error) {
@@ -31,11 +33,11 @@ func (p *peekReader) Read(b []byte) (int, error) {
 	if len(p.buf) > 0 {
 		n := copy(b, p.buf)
 		p.buf = p.buf[n:]
-		p.consumed += int64(n)
+		p.consumed.Add(int64(n))
 		return n, nil
 	}
 	n, err := p.r.Read(b)
-	p.consumed += int64(n)
+	p.consumed.Add(int64(n))
 	return n, err
 }
 
@@ -49,15 +51,15 @@ func (p *peekReader) Discard(n int64) (int64, error) {
 		done = k
 	}
 	if done == n {
-		p.consumed += done
+		p.consumed.Add(done)
 		return done, nil
 	}
 	if d, ok := p.r.(interface{ Discard(int64) (int64, error) }); ok {
 		k, err := d.Discard(n - done)
-		p.consumed += done + k
+		p.consumed.Add(done + k)
 		return done + k, err
 	}
 	k, err := io.CopyN(io.Discard, p.r, n-done)
-	p.consumed += done + k
+	p.consumed.Add(done + k)
 	return done + k, err
 }

@@ -166,6 +166,7 @@ func FuzzXzBlocks(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer d.Close()
 		ours, err := io.ReadAll(d)
 		if err != nil {
 			t.Fatalf("the pass succeeded, the sequential decode failed: %v", err)

@@ -1,0 +1,234 @@
+package index
+
+import (
+	"io"
+	"sync"
+)
+
+// pipe runs a pass decoder on a goroutine of its own, so that decoding
+// overlaps everything else the index pass does with its output (span
+// digests, checkpoint windows, the tar scan, member digests):
+//
+//	decoder goroutine                       consumer (Build's goroutine)
+//	dec.Read into a free slot,  --full-->   onData(the bytes before a mark),
+//	with the marks dec queued               the mark's apply, onData(the rest);
+//	                                        then Read and Discard hand them out
+//	                            <--free--   the slot, once all is handed out
+//
+// The decoder reads into a few reusable slots (at most pipeSlots *
+// pipeSlotBytes of output ahead of the consumer; no allocation per slot
+// once each was used) and hands a slot over as soon as dec has nothing
+// more decoded (a Read shorter than asked for), so that the bytes reach
+// the consumer when the decoder has them, not when a slot is full.
+//
+// What the decoder reports about its output (a checkpoint at a decoded
+// offset) is queued with mark, on the decoder goroutine, and runs on the
+// consumer in order with the bytes: apply runs after onData has seen
+// every byte before at, and before it sees any byte after. An error of
+// dec reaches the consumer after every byte decoded before it.
+//
+// Read and Discard are for one consumer goroutine; close may be called
+// from any goroutine, more than once.
+type pipe struct {
+	// set once
+	onData     func(p []byte) // sees every byte, in order, before Read hands it out
+	free, full chan *pipeSlot
+	quit, done chan struct{}
+	stop       sync.Once
+
+	// the decoder goroutine's
+	dec     io.Reader
+	off     int64 // decoded offset of the next byte read from dec
+	pending []pipeMark
+
+	// the consumer's
+	slot    *pipeSlot // the slot being handed out, or nil
+	data    []byte    // its bytes
+	dataOff int64     // decoded offset of data[0]
+	pos     int       // data[:pos] handed out
+	err     error     // after data: io.EOF, dec's error, or io.ErrClosedPipe
+}
+
+// pipeSlots is how many output buffers a pipe cycles through, and
+// pipeSlotBytes the size of each.
+const (
+	pipeSlots     = 4
+	pipeSlotBytes = 512 << 10
+)
+
+// pipeSlot is output of the decoder on its way to the consumer.
+type pipeSlot struct {
+	buf   []byte     // nil until first used
+	off   int64      // decoded offset of buf[0]
+	n     int        // buf[:n] holds output
+	marks []pipeMark // at <= off+n, in order
+	err   error      // what dec said after buf[:n]; the last slot has one
+}
+
+// pipeMark is something the decoder reported at decoded offset at, which
+// apply records on the consumer.
+type pipeMark struct {
+	at    int64
+	apply func()
+}
+
+// newPipe returns a pipe whose decoded output starts at offset off and
+// goes to onData. The decoder is given by start.
+func newPipe(off int64, onData func(p []byte)) *pipe {
+	p := &pipe{
+		onData:  onData,
+		free:    make(chan *pipeSlot, pipeSlots),
+		full:    make(chan *pipeSlot, pipeSlots),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+		off:     off,
+		dataOff: off,
+	}
+	for range pipeSlots {
+		p.free <- &pipeSlot{}
+	}
+	return p
+}
+
+// start runs dec on the pipe's goroutine; close stops it. Only the
+// goroutine reads dec from now on, and calls mark.
+func (p *pipe) start(dec io.Reader) {
+	p.dec = dec
+	go p.run()
+}
+
+// mark queues apply to run on the consumer once every decoded byte
+// before at is passed to onData. It is called on the decoder goroutine
+// (from dec.Read), with at no lower than an earlier mark's and no higher
+// than what dec has decoded.
+func (p *pipe) mark(at int64, apply func()) {
+	p.pending = append(p.pending, pipeMark{at, apply})
+}
+
+// run decodes into free slots and hands them over, until dec fails or
+// ends, or close.
+func (p *pipe) run() {
+	defer close(p.done)
+	for {
+		var s *pipeSlot
+		select {
+		case <-p.quit:
+			return
+		default:
+		}
+		select {
+		case <-p.quit:
+			return
+		case s = <-p.free:
+		}
+		if s.buf == nil {
+			s.buf = make([]byte, pipeSlotBytes)
+		}
+		clear(s.marks)
+		s.off, s.n, s.marks, s.err = p.off, 0, s.marks[:0], nil
+		for s.n < len(s.buf) {
+			room := len(s.buf) - s.n
+			k, err := p.dec.Read(s.buf[s.n:])
+			s.n += k
+			if err != nil {
+				s.err = err
+				break
+			}
+			if k < room {
+				break // all dec had decoded: hand it over now
+			}
+		}
+		p.off += int64(s.n)
+		i := 0
+		for i < len(p.pending) && (s.err != nil || p.pending[i].at <= p.off) {
+			i++
+		}
+		s.marks = append(s.marks, p.pending[:i]...)
+		n := copy(p.pending, p.pending[i:])
+		clear(p.pending[n:])
+		p.pending = p.pending[:n]
+		p.full <- s // never blocks: full has room for every slot
+		if s.err != nil {
+			return
+		}
+	}
+}
+
+// next hands the current slot back and takes the next one, passing its
+// bytes and marks to onData and apply in order.
+func (p *pipe) next() {
+	if p.slot != nil {
+		p.free <- p.slot // never blocks: free has room for every slot
+		p.dataOff += int64(len(p.data))
+		p.slot, p.data, p.pos = nil, nil, 0
+	}
+	var s *pipeSlot
+	select {
+	case s = <-p.full:
+	case <-p.done:
+		// The goroutine sends its last slot before it ends.
+		select {
+		case s = <-p.full:
+		default:
+			p.err = io.ErrClosedPipe
+			return
+		}
+	}
+	data, pos := s.buf[:s.n], 0
+	for _, m := range s.marks {
+		if k := int(min(max(m.at-s.off, int64(pos)), int64(len(data)))); k > pos {
+			p.onData(data[pos:k])
+			pos = k
+		}
+		m.apply()
+	}
+	clear(s.marks)
+	if pos < len(data) {
+		p.onData(data[pos:])
+	}
+	p.slot, p.data, p.dataOff, p.err = s, data, s.off, s.err
+}
+
+// Read implements io.Reader: the decoded bytes in order, then the error
+// that ended them (io.EOF at the end of the stream).
+func (p *pipe) Read(b []byte) (int, error) {
+	for p.pos == len(p.data) {
+		if p.err != nil {
+			return 0, p.err
+		}
+		p.next()
+	}
+	n := copy(b, p.data[p.pos:])
+	p.pos += n
+	return n, nil
+}
+
+// Discard skips n decoded bytes without copying them (onData still sees
+// them).
+func (p *pipe) Discard(n int64) (int64, error) {
+	var done int64
+	for done < n {
+		if p.pos == len(p.data) {
+			if p.err != nil {
+				return done, p.err
+			}
+			p.next()
+			continue
+		}
+		k := int(min(n-done, int64(len(p.data)-p.pos)))
+		p.pos += k
+		done += int64(k)
+	}
+	return done, nil
+}
+
+// offset returns the decoded offset of the next byte Read returns.
+func (p *pipe) offset() int64 { return p.dataOff + int64(p.pos) }
+
+// close stops the decoder goroutine and waits for it: it ends once its
+// current read of dec returns. Reads after close fail with
+// io.ErrClosedPipe once the slots already handed over are read.
+func (p *pipe) close() {
+	p.stop.Do(func() { close(p.quit) })
+	<-p.done
+}

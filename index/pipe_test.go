@@ -1,0 +1,119 @@
+package index
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+)
+
+// scriptedDecoder stands for an inflater on a pipe: it "decodes" data in
+// chunks of the sizes in sizes (in turn; some bigger than a slot), marks
+// the offsets in marks that fall in a chunk as it decodes the chunk,
+// hands the chunk out over as many Reads as it takes, and fails with err
+// after the last byte.
+type scriptedDecoder struct {
+	p       *pipe
+	data    []byte
+	sizes   []int
+	marks   []int64 // in order
+	err     error
+	off     int64 // handed out
+	decoded int64
+	applied func(at int64) // on the consumer
+}
+
+func (d *scriptedDecoder) Read(b []byte) (int, error) {
+	if d.off == d.decoded {
+		if d.decoded == int64(len(d.data)) {
+			return 0, d.err
+		}
+		n := int64(d.sizes[0])
+		d.sizes = append(d.sizes[1:], d.sizes[0])
+		d.decoded = min(d.decoded+n, int64(len(d.data)))
+		for len(d.marks) > 0 && d.marks[0] <= d.decoded {
+			at := d.marks[0]
+			d.marks = d.marks[1:]
+			d.p.mark(at, func() { d.applied(at) })
+		}
+	}
+	n := copy(b, d.data[d.off:d.decoded])
+	d.off += int64(n)
+	return n, nil
+}
+
+// TestPipeOrder: whatever the sizes of the decoder's reads and of the
+// consumer's, the consumer sees every byte once, in order, each mark
+// after the bytes before its offset and before those after it, Read
+// hands out the bytes after onData saw them, and the decoder's error
+// comes after the last byte.
+func TestPipeOrder(t *testing.T) {
+	data := randomData(5, 3*pipeSlotBytes+12345)
+	end := int64(len(data))
+	boom := errors.New("source failed")
+	for _, c := range []struct {
+		name  string
+		sizes []int
+		marks []int64
+		err   error
+		reads int // the consumer's read size; 0: Discard
+	}{
+		{"chunks", []int{256 << 10}, []int64{0, 100, 256 << 10, 256 << 10, pipeSlotBytes, 1 << 20, end}, io.EOF, 4096},
+		{"bigger than a slot", []int{pipeSlotBytes + 7, 1, 3}, []int64{0, pipeSlotBytes, pipeSlotBytes + 7, pipeSlotBytes + 8, 2*pipeSlotBytes + 1}, io.EOF, 512},
+		{"tiny", []int{1, 2, 1000}, []int64{1, 2, 3, 5000, 5000, 5001}, boom, 100 << 10},
+		{"error after a chunk", []int{300 << 10}, []int64{300 << 10, end}, boom, 0},
+		{"one chunk", []int{len(data)}, nil, io.EOF, 1 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var seen []byte
+			p := newPipe(0, func(b []byte) { seen = append(seen, b...) })
+			var applied []int64
+			d := &scriptedDecoder{p: p, data: data, sizes: c.sizes, marks: c.marks, err: c.err}
+			d.applied = func(at int64) {
+				if int64(len(seen)) != at {
+					t.Errorf("mark at %d applied after %d bytes", at, len(seen))
+				}
+				applied = append(applied, at)
+			}
+			p.start(d)
+			defer p.close()
+			var got []byte // handed out by Read, or the bytes seen that Discard skipped
+			var err error
+			buf := make([]byte, max(c.reads, 1))
+			for err == nil {
+				var n int
+				if c.reads == 0 {
+					var k int64
+					k, err = p.Discard(1000)
+					n = int(k)
+					if len(got)+n > len(seen) {
+						t.Fatalf("Discard skipped %d bytes, onData saw %d", len(got)+n, len(seen))
+					}
+					got = append(got, seen[len(got):len(got)+n]...)
+				} else {
+					n, err = p.Read(buf)
+					got = append(got, buf[:n]...)
+					if len(got) > len(seen) {
+						t.Fatalf("Read handed out %d bytes, onData saw %d", len(got), len(seen))
+					}
+				}
+				if n == 0 && err == nil {
+					t.Fatal("no bytes and no error")
+				}
+			}
+			if err != c.err {
+				t.Fatalf("got error %v, want %v", err, c.err)
+			}
+			if !bytes.Equal(got, data) || !bytes.Equal(seen, data) {
+				t.Fatalf("got %d bytes handed out, %d seen, want the %d of the stream", len(got), len(seen), len(data))
+			}
+			if p.offset() != end {
+				t.Fatalf("offset: got %d, want %d", p.offset(), end)
+			}
+			if fmt.Sprint(applied) != fmt.Sprint(c.marks) {
+				t.Fatalf("marks applied: got %v, want %v", applied, c.marks)
+			}
+		})
+	}
+}
