@@ -36,133 +36,126 @@ const kindMask = 0xf << 12
 //   - Tables: buildTable makes every primary index and every subtable
 //     entry lie inside the table.
 //   - Matches: a distance beyond the output of the member decoded so far
-//     (op-hist) returns fastSlow before anything is copied.
+//     (op-hist) returns fastSlow before anything is consumed or copied.
 //
-// The caller has refilled nothing it needs back: the bit buffer and
-// positions are saved to z on return.
+// The bit buffer and positions are saved to z on return; a symbol that
+// returned fastSlow is left unconsumed for the careful loop.
 func (z *Reader) huffmanFast(stop int) int {
 	bits, nbits := z.bits, z.nbits
-	inPos := z.inPos
-	inLim := z.inEnd - fastInput
-	op, hist := z.op, z.hist
-	if z.virt != 0 || inPos > inLim || op >= stop || len(z.lit) == 0 || len(z.dist) == 0 {
+	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop || len(z.lit) == 0 || len(z.dist) == 0 {
 		return fastLimit
 	}
+	// Pointers rather than slices and indexes, which leaves the
+	// compiler registers enough to keep the loop's state in them: ip is
+	// the next input byte, dp the next output byte; ipEnd, dpEnd and
+	// hp (the start of the member's output) bound them.
 	inp := unsafe.Pointer(unsafe.SliceData(z.in))
 	outp := unsafe.Pointer(unsafe.SliceData(z.out))
+	ip := unsafe.Add(inp, z.inPos)
+	ipEnd := unsafe.Add(inp, z.inEnd-fastInput)
+	dp := unsafe.Add(outp, z.op)
+	dpEnd := unsafe.Add(outp, stop)
+	hp := unsafe.Add(outp, z.hist)
 	litp := unsafe.Pointer(unsafe.SliceData(z.lit))
 	distp := unsafe.Pointer(unsafe.SliceData(z.dist))
 	const litMask = 1<<litPrimaryBits - 1
 	const distMask = 1<<distPrimaryBits - 1
 	status := fastLimit
 loop:
-	for inPos <= inLim && op < stop {
-		bits |= *(*uint64)(unsafe.Add(inp, inPos)) << (nbits & 63)
-		inPos += int(63-nbits) >> 3
+	for uintptr(ip) <= uintptr(ipEnd) && uintptr(dp) < uintptr(dpEnd) {
+		bits |= *(*uint64)(ip) << (nbits & 63)
+		ip = unsafe.Add(ip, int(63-nbits)>>3)
 		nbits |= 56
-		// Where this symbol starts, for the careful loop to take it
-		// again when it cannot be decoded here.
-		sbits, snbits := bits, nbits
 
 		e := *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
 		if e&kindMask == 0 {
 			// Literals come in runs: up to three from one refill (a
 			// primary code takes at most litPrimaryBits).
-			n := e & 63
-			bits >>= n
-			nbits -= uint(n)
-			*(*byte)(unsafe.Add(outp, op)) = byte(e >> 16)
-			op++
+			bits >>= e & 63
+			nbits -= uint(e & 63)
+			*(*byte)(dp) = byte(e >> 16)
+			dp = unsafe.Add(dp, 1)
 			for range 2 {
 				e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
-				if e&kindMask != 0 || op >= stop {
+				if e&kindMask != 0 || uintptr(dp) >= uintptr(dpEnd) {
 					continue loop
 				}
-				n = e & 63
-				bits >>= n
-				nbits -= uint(n)
-				*(*byte)(unsafe.Add(outp, op)) = byte(e >> 16)
-				op++
+				bits >>= e & 63
+				nbits -= uint(e & 63)
+				*(*byte)(dp) = byte(e >> 16)
+				dp = unsafe.Add(dp, 1)
 			}
 			continue
 		}
 		if e&kindMask == kindSub<<12 {
 			e = *(*uint32)(unsafe.Add(litp, uintptr(e>>16+uint32(bits>>litPrimaryBits)&(1<<(e&31)-1))*4))
 			if e&kindMask == 0 {
-				n := e & 63
-				bits >>= n
-				nbits -= uint(n)
-				*(*byte)(unsafe.Add(outp, op)) = byte(e >> 16)
-				op++
+				bits >>= e & 63
+				nbits -= uint(e & 63)
+				*(*byte)(dp) = byte(e >> 16)
+				dp = unsafe.Add(dp, 1)
 				continue
 			}
 		}
 		switch e & kindMask {
 		case kindLength << 12:
 		case kindEnd << 12:
-			n := e & 63
-			bits >>= n
-			nbits -= uint(n)
+			bits >>= e & 63
+			nbits -= uint(e & 63)
 			status = fastEnd
 			break loop
 		default:
-			bits, nbits = sbits, snbits
 			status = fastSlow
 			break loop
 		}
-		// A match: length, then distance.
+		// A match: length, then distance. Nothing is consumed until
+		// both are known good, so that the careful loop can take the
+		// symbol again when they are not.
 		total := e & 63
-		clen := e >> 8 & 0xf
-		length := int(e>>16 + uint32(bits>>clen)&(1<<((total-clen)&31)-1))
-		bits >>= total
-		nbits -= uint(total)
-
-		d := *(*uint32)(unsafe.Add(distp, uintptr(bits&distMask)*4))
+		length := int(e>>16 + uint32(bits>>(e>>8&0xf))&(1<<((total-e>>8&0xf)&31)-1))
+		mb := bits >> total
+		d := *(*uint32)(unsafe.Add(distp, uintptr(mb&distMask)*4))
 		if d&kindMask == kindSub<<12 {
-			d = *(*uint32)(unsafe.Add(distp, uintptr(d>>16+uint32(bits>>distPrimaryBits)&(1<<(d&31)-1))*4))
+			d = *(*uint32)(unsafe.Add(distp, uintptr(d>>16+uint32(mb>>distPrimaryBits)&(1<<(d&31)-1))*4))
 		}
 		if d&kindMask != kindDist<<12 {
-			bits, nbits = sbits, snbits
 			status = fastSlow
 			break
 		}
-		total2 := d & 63
-		clen = d >> 8 & 0xf
-		distance := int(d>>16 + uint32(bits>>clen)&(1<<((total2-clen)&31)-1))
-		if distance > op-hist {
-			bits, nbits = sbits, snbits
+		dtotal := d & 63
+		distance := uintptr(d>>16 + uint32(mb>>(d>>8&0xf))&(1<<((dtotal-d>>8&0xf)&31)-1))
+		if uintptr(dp)-uintptr(hp) < distance {
 			status = fastSlow
 			break
 		}
-		bits >>= total2
-		nbits -= uint(total2)
+		bits = mb >> dtotal
+		nbits -= uint(total + dtotal)
 
-		src := op - distance
+		src := unsafe.Add(dp, -int(distance))
 		switch {
 		case distance >= 8:
 			// Word copies, forward: each word read lies before the
 			// bytes being written; they may write up to 7 bytes past
 			// the match, inside the margin.
-			s := unsafe.Add(outp, src)
-			d := unsafe.Add(outp, op)
-			*(*uint64)(d) = *(*uint64)(s)
-			*(*uint64)(unsafe.Add(d, 8)) = *(*uint64)(unsafe.Add(s, 8))
+			*(*uint64)(dp) = *(*uint64)(src)
+			*(*uint64)(unsafe.Add(dp, 8)) = *(*uint64)(unsafe.Add(src, 8))
 			for k := 16; k < length; k += 8 {
-				*(*uint64)(unsafe.Add(d, k)) = *(*uint64)(unsafe.Add(s, k))
+				*(*uint64)(unsafe.Add(dp, k)) = *(*uint64)(unsafe.Add(src, k))
 			}
 		case distance == 1:
-			v := uint64(*(*byte)(unsafe.Add(outp, src))) * 0x0101010101010101
-			d := unsafe.Add(outp, op)
+			v := uint64(*(*byte)(src)) * 0x0101010101010101
 			for k := 0; k < length; k += 8 {
-				*(*uint64)(unsafe.Add(d, k)) = v
+				*(*uint64)(unsafe.Add(dp, k)) = v
 			}
 		default:
 			for k := 0; k < length; k++ {
-				*(*byte)(unsafe.Add(outp, op+k)) = *(*byte)(unsafe.Add(outp, src+k))
+				*(*byte)(unsafe.Add(dp, k)) = *(*byte)(unsafe.Add(src, k))
 			}
 		}
-		op += length
+		dp = unsafe.Add(dp, length)
 	}
-	z.bits, z.nbits, z.inPos, z.op = bits, nbits, inPos, op
+	z.bits, z.nbits = bits, nbits
+	z.inPos = int(uintptr(ip) - uintptr(inp))
+	z.op = int(uintptr(dp) - uintptr(outp))
 	return status
 }
