@@ -95,3 +95,33 @@ func BenchmarkDecodeInto(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeSpans decodes the stream span by span from checkpoints
+// 4 MiB apart, each with DecodeInto and the checkpoint's window, as a
+// read through the mount or a span of an extraction does.
+func BenchmarkDecodeSpans(b *testing.B) {
+	comp, size := benchSetup(b)
+	var cps []Checkpoint
+	z := NewReader(bytes.NewReader(comp), Options{Span: 4 << 20, OnCheckpoint: func(cp Checkpoint) { cps = appendCheckpoint(cps, cp) }})
+	if _, err := io.Copy(io.Discard, z); err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]byte, 0, 8<<20)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		for i, cp := range cps {
+			end := size
+			if i+1 < len(cps) {
+				end = cps[i+1].Out
+			}
+			n := int(end - cp.Out)
+			if cap(dst) < n+Margin {
+				dst = make([]byte, 0, n+Margin)
+			}
+			if err := DecodeInto(dst[:n], comp[cp.In:], cp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

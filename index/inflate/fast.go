@@ -125,8 +125,19 @@ loop:
 		dtotal := d & 63
 		distance := uintptr(d>>16 + uint32(mb>>(d>>8&0xf))&(1<<((dtotal-d>>8&0xf)&31)-1))
 		if uintptr(dp)-uintptr(hp) < distance {
-			status = fastSlow
-			break
+			// Before the member's output in out: DecodeInto's window
+			// (pre), in the first WindowSize bytes of a span, or an
+			// error for the careful loop to report.
+			op := int(uintptr(dp) - uintptr(outp))
+			if int(distance) > op-z.hist+len(z.pre) {
+				status = fastSlow
+				break
+			}
+			bits = mb >> dtotal
+			nbits -= uint(total + dtotal)
+			z.copyPre(op, int(distance), length)
+			dp = unsafe.Add(dp, length)
+			continue
 		}
 		bits = mb >> dtotal
 		nbits -= uint(total + dtotal)
@@ -158,4 +169,18 @@ loop:
 	z.inPos = int(uintptr(ip) - uintptr(inp))
 	z.op = int(uintptr(dp) - uintptr(outp))
 	return status
+}
+
+// copyPre copies a match of length bytes at distance that starts before
+// out, in the window pre that precedes it (DecodeInto), to out[op:]. The
+// caller has checked that pre reaches that far back.
+func (z *Reader) copyPre(op, distance, length int) {
+	out, pre := z.out, z.pre
+	for k := range length {
+		if s := op - distance + k; s < 0 {
+			out[op+k] = pre[len(pre)+s]
+		} else {
+			out[op+k] = out[s]
+		}
+	}
 }

@@ -1088,13 +1088,7 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			}
 			// Only DecodeInto, in the first WindowSize bytes: the match
 			// starts in the window that precedes out.
-			for k := range length {
-				if s := op - distance + k; s < 0 {
-					out[op+k] = z.pre[len(z.pre)+s]
-				} else {
-					out[op+k] = out[s]
-				}
-			}
+			z.copyPre(op, distance, length)
 			op += length
 			continue
 		}
