@@ -20,7 +20,7 @@
 #      mount, ratarmount and a local tree
 #   7. peak RSS of every mount
 # and, when asked for (SCENARIOS=progressive, index-pass, boot, upgrade,
-# gzip-decode, extract-tmpfs):
+# gzip-decode, extract-tmpfs, seq-read-local):
 #   8. progressive mount: from the start, when the files at 10%, 50% and
 #      90% of the tar stream, `go version` and all of them are usable, and
 #      when the index pass ends: a mount without an index (it serves during
@@ -55,6 +55,10 @@
 #      run of each tool): tarmount extract FILE DIR with a saved index and
 #      without, tar -x of the plain .tar (the write floor), pigz -dc | tar
 #      -x; the report checks tarmount with the index ≤ 1.5x the floor
+#  14. sequential read of the largest member of each dataset's local
+#      .tar.gz through a mount with a saved index, whole and in order
+#      (MB/s of the member), against gzip -dc of the whole archive to
+#      /dev/null (MB/s of its tar); the report checks tarmount ≥ 1.5x
 #  Issue 26's three comparisons in one run, the go dataset (12 and 13 make
 #  the .tar.gz of the datasets they run on):
 #    DATASETS=go CODECS="gz zst lz4" SCENARIOS="gzip-decode extract-tmpfs extract" \

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,11 @@ import (
 //	13. extract-tmpfs: `tarmount extract FILE DIR` with a saved index and
 //	    without one, against tar -x of the plain .tar (the write floor)
 //	    and pigz -dc | tar -x, each run of each tool into a tmpfs of its
-//	    own, mounted before and unmounted after.
+//	    own, mounted before and unmounted after;
+//	14. seq-read-local: a read of the largest member, whole and in order,
+//	    through a mount of the .tar.gz with a saved index, against gzip -dc
+//	    of the whole archive to /dev/null: rates (MB/s) compared, each of
+//	    its own payload.
 //
 // Their rows carry the profile "local". The tools of one run go in
 // alternating order, as in every scenario.
@@ -33,13 +38,14 @@ const (
 	toolTarPlain   = "tar -x of the plain .tar"
 	toolPigzTar    = "pigz -dc | tar -x"
 	toolCurlZstd   = "curl | zstd -d | tar -x"
+	toolTMSeqLocal = "tarmount mount (saved index)"
 )
 
-// profileLocal is the profile of the rows of scenarios 12 and 13.
+// profileLocal is the profile of the rows of scenarios 12, 13 and 14.
 const profileLocal = "local"
 
 // localScenarios are the scenarios that read the dataset's local files.
-var localScenarios = []string{"12", "13"}
+var localScenarios = []string{"12", "13", "14"}
 
 // localResult is a Result of scenario sc on the local files of d.
 func localResult(d *dataset, sc, tool string, run int) Result {
@@ -64,7 +70,7 @@ func (s *suite) gzipLocal(ctx context.Context, d *dataset) error {
 		return fmt.Errorf("read %s: %v: %s", gz, err, lastLine(out))
 	}
 	var idx map[string]string
-	if sc["13"] {
+	if sc["13"] || sc["14"] {
 		idx = s.saveLocalIndexes(ctx, d, gz)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -85,6 +91,14 @@ func (s *suite) gzipLocal(ctx context.Context, d *dataset) error {
 			tools := append(s.tools(toolTMCold), s.tools(toolTMIndex)...)
 			for _, t := range inOrder(run, s.withPeers(tools, toolTarPlain, toolPigzTar)...) {
 				if err := s.extractTmpfs(ctx, d, gz, idx, run, t); err != nil {
+					return err
+				}
+			}
+		}
+		if sc["14"] {
+			say("%s gz %s, run %d/%d: sequential read through a mount", d.name, profileLocal, run, s.c.runs)
+			for _, t := range inOrder(run, s.withPeers(s.tools(toolTMSeqLocal), toolGzip)...) {
+				if err := s.seqLocal(ctx, d, gz, idx, run, t); err != nil {
 					return err
 				}
 			}
@@ -147,21 +161,27 @@ func toDevNull(argv ...string) []string {
 // gzipDecode is one run of scenario 12 for one tool.
 func (s *suite) gzipDecode(ctx context.Context, d *dataset, gz string, run int, tool string) error {
 	r := localResult(d, scGzipDecode, tool, run)
-	var argv []string
-	if base, _ := splitTool(tool); base == toolTMIndexPass {
-		cache := filepath.Join(s.work, "cold-cache")
-		os.RemoveAll(cache)
-		defer os.RemoveAll(cache)
-		argv = []string{s.buildOf(tool).bin, "index", gz, "--cache-dir", cache, "--cache-disk", "0", "--no-sidecar"}
-	} else {
-		var na string
-		if argv, na = s.decodeCmd(tool, gz); na != "" {
-			if run == 1 {
-				r.Status, r.Note = statusNA, na
-				s.record(r)
-			}
-			return nil
+	if base, _ := splitTool(tool); base != toolTMIndexPass {
+		return s.runDecoder(ctx, r, tool, gz, run)
+	}
+	cache := filepath.Join(s.work, "cold-cache")
+	os.RemoveAll(cache)
+	defer os.RemoveAll(cache)
+	argv := []string{s.buildOf(tool).bin, "index", gz, "--cache-dir", cache, "--cache-disk", "0", "--no-sidecar"}
+	out, err := s.runTimed(ctx, &r, argv)
+	return s.settle(ctx, r, out, err)
+}
+
+// runDecoder runs a peer decoder of scenario 12 (decodeCmd) as r's timed
+// step, or records once that it cannot run here.
+func (s *suite) runDecoder(ctx context.Context, r Result, tool, gz string, run int) error {
+	argv, na := s.decodeCmd(tool, gz)
+	if na != "" {
+		if run == 1 {
+			r.Status, r.Note = statusNA, na
+			s.record(r)
 		}
+		return nil
 	}
 	out, err := s.runTimed(ctx, &r, argv)
 	return s.settle(ctx, r, out, err)
@@ -243,4 +263,62 @@ func unmountTmpfs(dir string) {
 		warnf("umount %s: %v: %s", dir, err, lastLine(out))
 		detach(dir)
 	}
+}
+
+// seqLocal is one run of scenario 14 for one tool: tarmount mounts the
+// local .tar.gz with its saved index and the largest member is read
+// whole, in order, with 1 MiB reads (timed from the first read to the
+// last; the mount is ready before), then checked from the page cache;
+// gzip -dc decodes the whole archive. Each row's payload is what it read,
+// so that its MB/s are comparable.
+func (s *suite) seqLocal(ctx context.Context, d *dataset, gz string, idx map[string]string, run int, tool string) error {
+	r := localResult(d, scSeqLocal, tool, run)
+	base, bn := splitTool(tool)
+	if base != toolTMSeqLocal {
+		return s.runDecoder(ctx, r, tool, gz, run)
+	}
+	cache := idx[bn]
+	if cache == "" {
+		s.fail(r, "%s index %s failed", s.buildOf(tool).tool(toolTM), filepath.Base(gz))
+		return nil
+	}
+	m := d.facts.Largest
+	r.Payload = m.Size
+	mnt := s.mountpoint(tool)
+	if err := useMountpoint(mnt); err != nil {
+		return err
+	}
+	log := filepath.Join(s.work, "logs", fmt.Sprintf("%s.gz.local.seq.%d.log", d.name, run))
+	os.MkdirAll(filepath.Dir(log), 0o755)
+	p, err := startProc([]string{s.buildOf(tool).bin, gz, mnt, "--cache-dir", cache, "--cache-disk", "0", "--no-sidecar"}, s.env, log)
+	if err != nil {
+		return err
+	}
+	defer stopMount(p, mnt)
+	path := filepath.Join(mnt, m.Path)
+	if _, err := waitPath(ctx, p, mnt, path, s.c.indexTimeout); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.fail(r, "%v", err)
+		return nil
+	}
+	err = func() error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		t0 := time.Now()
+		n, err := io.CopyBuffer(io.Discard, f, make([]byte, 1<<20))
+		r.Seconds = time.Since(t0).Seconds()
+		if err == nil && n != m.Size {
+			err = fmt.Errorf("%s: read %d bytes, want %d", m.Path, n, m.Size)
+		}
+		return err
+	}()
+	if err == nil {
+		err = checkMember(path, m)
+	}
+	return s.settle(ctx, r, "", err)
 }

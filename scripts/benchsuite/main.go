@@ -208,6 +208,7 @@ var scenarioNames = [][2]string{
 	{"11", "upgrade"},
 	{"12", "gzip-decode"},
 	{"13", "extract-tmpfs"},
+	{"14", "seq-read-local"},
 }
 
 func scenarioHelp() string {
@@ -231,7 +232,7 @@ func parseScenarios(names []string) (map[string]bool, error) {
 	return m, nil
 }
 
-// anyLocal reports whether a scenario on the local files (12, 13) is
+// anyLocal reports whether a scenario on the local files (12, 13, 14) is
 // chosen.
 func (c *config) anyLocal() bool {
 	return slices.ContainsFunc(localScenarios, func(n string) bool { return c.scenarios[n] })
@@ -742,4 +743,5 @@ var standingNotes = []string{
 	"Scenario 10 (when chosen) serves the archive on a server of its own shaped like object storage, beside an index that `tarmount index FILE --publish` made from the local file (untimed), and alone. Each tool starts with an empty cache dir and writes to an empty dir on the round's own ext4 filesystem, after `sync` and a drop of the page cache, as in scenario 5. From process start: a. `GOROOT=R R/bin/go version` done, R the toolchain in the mount (tarmount --materialize) or in the tree written (the others), retried every 20 ms; b. fully local: the state tarmount keeps on DIR (the xattr user.tarmount.state) says complete (polled every 2 ms), or the command exited; c. what the server sent from start to the end of the last measurement; d, e. the first byte of the last file that ends within the first 1% and 10% of the tar stream, through the mount or in the tree, retried every 20 ms; f. without an index, the log's msg=indexed (the index pass ended: the listing is complete); g, h. a mount without an index (and without --materialize) stopped with SIGTERM once `tarmount status` says its pass has read 85% of the archive, then mounted again with the same cache dir: from the second start to its msg=indexed, and what the server sent meanwhile (--cache-disk 0 throughout). Checked afterwards: those files whole, the tree's file count, and without an index the mount's. The targets are figures or ratios of medians of the same run.",
 	"Scenario 12 (when chosen) decodes the dataset's local .tar.gz, read once before (untimed) so that every tool reads it from the page cache, to /dev/null: `tarmount index FILE` with an empty cache dir (--no-sidecar; it also writes the index there) against libdeflate-gunzip -c, igzip -dc, rapidgzip -P1 -d -c and gzip -dc; from start to exit.",
 	"Scenario 13 (when chosen) extracts the local .tar.gz into a tmpfs mounted for each run of each tool and unmounted after it: `tarmount extract FILE DIR` with an empty cache dir and with the index saved before (untimed), against `tar -x` of the plain .tar (the write floor) and `pigz -dc FILE | tar -x`; from start to exit, the check being the count of regular files.",
+	"Scenario 14 (when chosen) mounts the local .tar.gz with the index saved before (`tarmount FILE MNT --cache-disk 0 --no-sidecar`), waits until the dataset's largest member answers stat, and reads it whole, in order, with 1 MiB reads (timed from the first read to the last, then checked from the page cache); gzip -dc decodes the whole archive to /dev/null. Each row's MB/s are of what it read: the member, or the whole tar.",
 }

@@ -381,7 +381,7 @@ func TestLocalScenarioNames(t *testing.T) {
 			t.Errorf("%v: onlyLocal() = %v, want %v", tt.names, got, tt.onlyLocal)
 		}
 	}
-	for name, want := range map[string]string{"gzip-decode": "12", "extract-tmpfs": "13"} {
+	for name, want := range map[string]string{"gzip-decode": "12", "extract-tmpfs": "13", "seq-read-local": "14"} {
 		if m, err := parseScenarios([]string{name}); err != nil || len(m) != 1 || !m[want] {
 			t.Errorf("parseScenarios(%s) = %v, %v; want scenario %s", name, m, err, want)
 		}
@@ -432,6 +432,12 @@ func TestRatioChecks(t *testing.T) {
 			mk(scExtract, "gz", "unshaped", toolTMCold, run, 0.8),
 			mk(scExtract, "gz", "unshaped", toolCurlRapid, run, 1.0),
 		)
+		// Rates: 25 MB in 0.05 s (500 MB/s) against 250 MB in 1 s.
+		seq := mk(scSeqLocal, "gz", profileLocal, toolTMSeqLocal, run, 0.05)
+		seq.Payload = 25e6
+		gz := mk(scSeqLocal, "gz", profileLocal, toolGzip, run, 1)
+		gz.Payload = 250e6
+		rs = append(rs, seq, gz)
 	}
 	// The peer failed: the lz4 row still gets its check, without a value.
 	rs = append(rs, mk(scExtract, "lz4", "objstore", toolTMCold, 1, 0.5),
@@ -451,6 +457,7 @@ func TestRatioChecks(t *testing.T) {
 		{scGzipDecode, "gz", toolTMIndexPass, 2, false, "2.000x (1.00 s / 0.5 s)"},
 		{scGzipDecode, "gz", toolTMIndexPass, 2.5, false, "2.500x (1.00 s / 0.4 s)"},
 		{scTmpfs, "gz", toolTMIndex, 1.2, true, "1.200x (0.6 s / 0.5 s)"},
+		{scSeqLocal, "gz", toolTMSeqLocal, 2, true, "2.000x (500 MB/s / 250 MB/s)"},
 	}
 	if len(s.Targets) != len(wants) {
 		t.Fatalf("got %d checks %+v, want %d", len(s.Targets), s.Targets, len(wants))
@@ -468,6 +475,9 @@ func TestRatioChecks(t *testing.T) {
 		for _, r := range g.Rows {
 			if g.Scenario == scGzipDecode && r.Tool == toolTMIndexPass && r.Target != "≤ 1x libdeflate-gunzip -c (0.5 s)" {
 				t.Errorf("index pass row: target %q, want the one over libdeflate-gunzip", r.Target)
+			}
+			if g.Scenario == scSeqLocal && r.Tool == toolTMSeqLocal && r.Target != "≥ 1.5x gzip -dc (375 MB/s)" {
+				t.Errorf("sequential read row: target %q, want at least 1.5x gzip -dc's rate", r.Target)
 			}
 			if g.Scenario == scExtract && g.Profile == "unshaped" && r.Tool == toolTMCold && r.Target != "< every peer (1 s)" {
 				t.Errorf("unshaped extraction row: target %q, want scenario 5's own", r.Target)
