@@ -643,6 +643,60 @@ func TestReadahead(t *testing.T) {
 	}
 }
 
+// TestReadaheadStopsAtFileEnd checks that a reader of one file reads
+// ahead no further than its end, and that a reader that goes on from one
+// file to the next in archive order reads ahead past them.
+func TestReadaheadStopsAtFileEnd(t *testing.T) {
+	obj := tarbuild.GzipLevel(tarBytes(t, []member{
+		{name: "a", data: randomData(21, 1<<20)},
+		{name: "b", data: randomData(22, 1<<20)},
+		{name: "c", data: randomData(23, 1<<20)},
+	}), 6)
+	ix := build(t, obj, 128<<10)
+	r := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: 8})
+	r.slots = make(chan struct{}, 32)
+	defer r.Close()
+	// maxStarted waits for every decode started and returns the highest
+	// span started.
+	maxStarted := func() int {
+		r.mu.Lock()
+		var calls []*spanCall
+		hi := -1
+		for i, c := range r.spans {
+			calls = append(calls, c)
+			hi = max(hi, i)
+		}
+		r.mu.Unlock()
+		for _, c := range calls {
+			<-c.done
+		}
+		return hi
+	}
+	readAll := func(name string) (first, last int) {
+		id, ok := ix.LookupPath(name)
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+		e := ix.Entry(id)
+		start, size := int64(e.DataOffset), e.Size
+		for off := int64(0); off < size; off += 64 << 10 {
+			if _, err := r.ReadAt(context.Background(), id, make([]byte, min(64<<10, size-off)), off); err != nil {
+				t.Fatal(err)
+			}
+			maxStarted()
+		}
+		return ix.span(start), ix.span(start + size - 1)
+	}
+	_, aLast := readAll("a")
+	if hi := maxStarted(); hi != aLast {
+		t.Errorf("after reading a (spans to %d): spans started up to %d, want none past a", aLast, hi)
+	}
+	_, bLast := readAll("b")
+	if hi := maxStarted(); hi <= bLast {
+		t.Errorf("after reading a then b (b's spans end at %d): spans started up to %d, want readahead into c", bLast, hi)
+	}
+}
+
 // gatedSource serves data, but holds a read whose offset allow refuses
 // until open is closed.
 type gatedSource struct {
