@@ -23,7 +23,7 @@ const (
 	fdSlackRest   = 16     // at rest, descriptors but sockets and pipes: <= Idle + this
 	socketsRest   = 64 + 8 // at rest, sockets: <= Idle.Sockets + this
 	pipesRest     = 8      // at rest, pipes: <= Idle.Pipes + 2*readers + this
-	goSlackLoad   = 64     // End.Goroutines <= Start.Goroutines + 2*readers + this
+	goSlackLoad   = 64     // the fewest goroutines in the last third <= Start.Goroutines + 2*readers + this
 	goSlackRest   = 64     // Rest.Goroutines <= Idle.Goroutines + this
 	restSettle    = 20 * time.Second
 	progressEvery = 10 * time.Second
@@ -40,6 +40,9 @@ type phaseRun struct {
 	// What the server held open at the end of the load and at rest,
 	// for the report of a leak.
 	endFDs, restFDs string
+	// endFloor is the fewest goroutines of any sample in the last third
+	// of the load (-1: unknown).
+	endFloor int
 }
 
 func (p *phaseRun) run(ctx context.Context) Report {
@@ -180,6 +183,12 @@ loop:
 	}
 	if k := len(series) / 3; k > 0 {
 		p.rep.Start, p.rep.Mid, p.rep.End = median(series[:k]), median(series[k:len(series)-k]), median(series[len(series)-k:])
+		p.endFloor = -1
+		for _, sm := range series[len(series)-k:] {
+			if sm.Goroutines >= 0 && (p.endFloor < 0 || sm.Goroutines < p.endFloor) {
+				p.endFloor = sm.Goroutines
+			}
+		}
 	} else if !p.rep.Failed() && ctx.Err() == nil {
 		p.rep.fail("the phase ended after %v, before enough samples were taken", p.rep.Elapsed.Round(time.Second))
 	}
@@ -325,8 +334,15 @@ func (p *phaseRun) check() {
 		r.fail("fd leak under load: median %d open in the first third, %d in the last (allowed: %d); at the end: %s",
 			r.Start.FDs, r.End.FDs, r.Start.FDs+n+fdSlackLoad, p.endFDs)
 	}
-	if r.Start.Goroutines >= 0 && r.End.Goroutines >= 0 && r.End.Goroutines > r.Start.Goroutines+2*n+goSlackLoad {
-		r.fail("goroutine leak under load: median %d in the first third, %d in the last (allowed: %d)", r.Start.Goroutines, r.End.Goroutines, r.Start.Goroutines+2*n+goSlackLoad)
+	// Under load the goroutines are mostly the FUSE requests in flight
+	// (go-fuse serves each on a goroutine, and starts a reader for the
+	// next), which come in bursts: a median of the last third reached
+	// 443 against 57 in the first on a 2-core machine, and 29 at rest.
+	// Goroutines that leak never end, so they raise every sample: the
+	// rule takes the fewest in the last third.
+	if r.Start.Goroutines >= 0 && p.endFloor >= 0 && p.endFloor > r.Start.Goroutines+2*n+goSlackLoad {
+		r.fail("goroutine leak under load: median %d in the first third, at least %d in every sample of the last (allowed: %d)",
+			r.Start.Goroutines, p.endFloor, r.Start.Goroutines+2*n+goSlackLoad)
 	}
 	if r.Idle.FDs >= 0 && r.Rest.FDs >= 0 {
 		if got, idle := files(r.Rest), files(r.Idle); got > idle+fdSlackRest {
