@@ -407,7 +407,7 @@ func (r *Reader) readahead(i int, file fileData) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	window, limit := 0, len(r.ix.Checkpoints)-1
+	window, limit, across := 0, len(r.ix.Checkpoints)-1, false
 	k := -1
 	for j, e := range r.recent {
 		if e.span == i || e.span == i-1 {
@@ -425,19 +425,16 @@ func (r *Reader) readahead(i int, file fileData) {
 		if e.file != file.start {
 			e.file, e.across = file.start, true
 		}
-		window = e.window
-		if !e.across && file.end > 0 {
-			limit = r.ix.span(file.end - 1)
-		}
+		window, across = e.window, e.across
 	default:
 		if file.first && file.end > r.ix.spanEnd(i) {
 			window = r.ahead
 		}
-		if file.end > 0 {
-			limit = r.ix.span(file.end - 1)
-		}
 		r.recent[r.next] = readSeq{span: i, window: window, file: file.start}
 		r.next = (r.next + 1) % recentSpans
+	}
+	if !across && file.end > 0 {
+		limit = r.ix.span(file.end - 1)
 	}
 	if r.closed {
 		return

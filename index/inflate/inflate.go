@@ -972,10 +972,11 @@ func (z *Reader) huffman(stop int) error {
 	}
 }
 
-// huffmanCareful decodes symbols of a Huffman block, checking every read
-// and write, until the block ends or the output reaches stop; or, once it
-// has decoded a symbol, until huffmanFast can go on (again). The hot loop
-// keeps the bit buffer in locals.
+// huffmanCareful decodes symbols of a Huffman block, one at a time and
+// checking every read and write, until the block ends or the output
+// reaches stop; or, once it has decoded a symbol, until huffmanFast can go
+// on (again). It runs near the ends of the input and output buffers, and
+// for the symbols huffmanFast leaves to it.
 func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 	bits, nbits := z.bits, z.nbits
 	in, inPos, inEnd := z.in, z.inPos, z.inEnd
@@ -1020,29 +1021,6 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			}
 			out[op] = byte(e >> 16)
 			op++
-			// Literals come in runs: take up to two more from the bits
-			// at hand (at least 33 are left, a primary code takes at
-			// most litPrimaryBits) without the refill check. Only
-			// while no zero bits were appended past the input, so no
-			// check for an overread is needed.
-			if virt == 0 && op < stop {
-				e = lit[bits&litMask]
-				if e>>12&0xf != kindLiteral {
-					continue
-				}
-				bits >>= e & 0xff
-				nbits -= uint(e & 0xff)
-				out[op] = byte(e >> 16)
-				op++
-				e = lit[bits&litMask]
-				if e>>12&0xf != kindLiteral || op >= stop {
-					continue
-				}
-				bits >>= e & 0xff
-				nbits -= uint(e & 0xff)
-				out[op] = byte(e >> 16)
-				op++
-			}
 			continue
 		case kindLength:
 		case kindEnd:

@@ -107,6 +107,16 @@ func (s *suite) gzipLocal(ctx context.Context, d *dataset) error {
 	return nil
 }
 
+// savedIndex returns the cache dir holding build bn's saved index of gz
+// (saveLocalIndexes), or "" after failing r when that index failed.
+func (s *suite) savedIndex(r Result, idx map[string]string, bn, gz string) string {
+	cache := idx[bn]
+	if cache == "" {
+		s.fail(r, "%s index %s failed", s.buildOf(r.Tool).tool(toolTM), filepath.Base(gz))
+	}
+	return cache
+}
+
 // saveLocalIndexes saves each build's index of the local archive gz
 // (untimed) and returns their cache dirs by build name; a build whose
 // index failed has none.
@@ -206,13 +216,12 @@ func (s *suite) extractTmpfs(ctx context.Context, d *dataset, gz string, idx map
 	var argv []string
 	switch base {
 	case toolTMCold, toolTMIndex:
-		cache := idx[bn]
+		var cache string
 		if base == toolTMCold {
 			cache = filepath.Join(s.work, "cold-cache")
 			os.RemoveAll(cache)
 			defer os.RemoveAll(cache)
-		} else if cache == "" {
-			s.fail(r, "%s index %s failed", s.buildOf(tool).tool(toolTM), filepath.Base(gz))
+		} else if cache = s.savedIndex(r, idx, bn, gz); cache == "" {
 			return nil
 		}
 		argv = []string{s.buildOf(tool).bin, "extract", gz, dest, "--cache-dir", cache, "--cache-disk", "0", "--no-sidecar", "--quiet"}
@@ -277,9 +286,8 @@ func (s *suite) seqLocal(ctx context.Context, d *dataset, gz string, idx map[str
 	if base != toolTMSeqLocal {
 		return s.runDecoder(ctx, r, tool, gz, run)
 	}
-	cache := idx[bn]
+	cache := s.savedIndex(r, idx, bn, gz)
 	if cache == "" {
-		s.fail(r, "%s index %s failed", s.buildOf(tool).tool(toolTM), filepath.Base(gz))
 		return nil
 	}
 	m := d.facts.Largest
@@ -288,8 +296,7 @@ func (s *suite) seqLocal(ctx context.Context, d *dataset, gz string, idx map[str
 	if err := useMountpoint(mnt); err != nil {
 		return err
 	}
-	log := filepath.Join(s.work, "logs", fmt.Sprintf("%s.gz.local.seq.%d.log", d.name, run))
-	os.MkdirAll(filepath.Dir(log), 0o755)
+	log := s.logFile(d.name, "gz", profileLocal, tool, run)
 	p, err := startProc([]string{s.buildOf(tool).bin, gz, mnt, "--cache-dir", cache, "--cache-disk", "0", "--no-sidecar"}, s.env, log)
 	if err != nil {
 		return err

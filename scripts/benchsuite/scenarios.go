@@ -119,10 +119,16 @@ func (s *suite) withPeers(tm []string, peers ...string) []string {
 }
 
 func (s *suite) logPath(cb *combo, what string, run int) string {
+	return s.logFile(cb.d.name, cb.codec, cb.srv.name, what, run)
+}
+
+// logFile returns the path of the log of what, in a run on dataset in
+// codec with profile, in the work dir's logs.
+func (s *suite) logFile(dataset, codec, profile, what string, run int) string {
 	dir := filepath.Join(s.work, "logs")
 	os.MkdirAll(dir, 0o755)
 	what = strings.NewReplacer(" ", "_", "/", "_", "|", "_").Replace(what)
-	return filepath.Join(dir, fmt.Sprintf("%s.%s.%s.%s.%d.log", cb.d.name, cb.codec, cb.srv.name, what, run))
+	return filepath.Join(dir, fmt.Sprintf("%s.%s.%s.%s.%d.log", dataset, codec, profile, what, run))
 }
 
 // checkMember reads path whole and compares it with m.

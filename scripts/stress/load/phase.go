@@ -49,6 +49,7 @@ func (p *phaseRun) run(ctx context.Context) Report {
 	c := p.c
 	none := Sample{FDs: -1, Goroutines: -1, Heap: -1}
 	p.rep = Report{Phase: p.name, Readers: c.Readers, Idle: none, Start: none, Mid: none, End: none, Rest: none}
+	p.endFloor = -1
 	if c.MemAllowance > 0 {
 		p.rep.Budget = c.CacheMem + c.MemAllowance
 	}
@@ -183,7 +184,6 @@ loop:
 	}
 	if k := len(series) / 3; k > 0 {
 		p.rep.Start, p.rep.Mid, p.rep.End = median(series[:k]), median(series[k:len(series)-k]), median(series[len(series)-k:])
-		p.endFloor = -1
 		for _, sm := range series[len(series)-k:] {
 			if sm.Goroutines >= 0 && (p.endFloor < 0 || sm.Goroutines < p.endFloor) {
 				p.endFloor = sm.Goroutines
