@@ -183,10 +183,12 @@ func (m *Materializer) run() error {
 		}
 	}
 	// Its own reader straight on the source: span decodes neither go
-	// through nor evict the mount's caches (memory and disk).
+	// through nor evict the mount's caches (memory and disk). Each
+	// decode is admitted by the gate, once its bytes are in, so that it
+	// yields the cores to reads through the mount.
 	// A stream-only archive's spans come from its decoded copy, which
 	// may be growing (decode.go).
-	ropts := index.ReaderOptions{Readahead: -1, Logger: log, Local: a.local()}
+	ropts := index.ReaderOptions{Readahead: -1, Logger: log, Local: a.local(), Admit: m.gate.Acquire}
 	reader := index.NewReader(a.ix, m.src, ropts)
 	m.reader.Store(reader)
 	// What reads through the mount fetched and decoded (files opened at

@@ -30,11 +30,11 @@ func (a *Archive) Tree() Tree {
 	}
 	switch {
 	case a.live != nil && gate != nil:
-		return gatedLive{a.live, gate}
+		return gatedLive{a.live, gate, gateTrace(gate)}
 	case a.live != nil:
 		return a.live
 	case gate != nil:
-		return gatedReader{a.reader, gate}
+		return gatedReader{a.reader, gate, gateTrace(gate)}
 	default:
 		return a.reader
 	}
@@ -44,21 +44,30 @@ func (a *Archive) Tree() Tree {
 // foreground read, which background materialization yields to.
 type gatedReader struct {
 	*index.Reader
-	gate *materialize.Gate
+	gate  *materialize.Gate
+	trace *index.ReadTrace
 }
 
 func (r gatedReader) ReadAt(ctx context.Context, id index.EntryID, p []byte, off int64) (int, error) {
 	defer r.gate.Enter()()
-	return r.Reader.ReadAt(ctx, id, p, off)
+	return r.Reader.ReadAt(index.WithReadTrace(ctx, r.trace), id, p, off)
+}
+
+// gateTrace returns the trace that tells gate when a read it marks waits
+// for archive bytes in flight: the materialization may use the cores
+// meanwhile.
+func gateTrace(gate *materialize.Gate) *index.ReadTrace {
+	return &index.ReadTrace{FetchWait: gate.FetchWait}
 }
 
 // gatedLive is gatedReader for a mount served during its index pass.
 type gatedLive struct {
 	*index.Live
-	gate *materialize.Gate
+	gate  *materialize.Gate
+	trace *index.ReadTrace
 }
 
 func (r gatedLive) ReadAt(ctx context.Context, id index.EntryID, p []byte, off int64) (int, error) {
 	defer r.gate.Enter()()
-	return r.Live.ReadAt(ctx, id, p, off)
+	return r.Live.ReadAt(index.WithReadTrace(ctx, r.trace), id, p, off)
 }

@@ -49,6 +49,13 @@ type ReaderOptions struct {
 	// decoded again. It may be called from several goroutines at once and
 	// more than once.
 	LocalDamaged func(i int)
+	// Admit, if set, is asked before each decode of DecodeSpan and
+	// DecodeSpanInto, once the span's compressed bytes are in, and the
+	// release it returns is called when the decode ends: a background
+	// reader yields the cores to foreground work through it
+	// (materialize.Gate.Acquire). Fetches and waits for a span that
+	// another reader lends hold no admission.
+	Admit func(ctx context.Context) (release func(), err error)
 
 	// shared, if set, are the decode slots and CPU tokens of another
 	// Reader, whose bounds then hold for both (Live's readers of a
@@ -87,6 +94,8 @@ type Reader struct {
 	slots chan struct{}
 	// cpu bounds the DecodeSpan calls decoding at once (GOMAXPROCS).
 	cpu chan struct{}
+	// admit is ReaderOptions.Admit.
+	admit func(ctx context.Context) (release func(), err error)
 	// blocks is src when the archive is a plain tar and src keeps blocks
 	// (plain.go), else nil.
 	blocks BlockSource
@@ -178,9 +187,12 @@ const DefaultReadahead = 8
 
 type spanCall struct {
 	done chan struct{}
-	data []byte
-	err  error
-	elem *list.Element // in lru once done without error
+	// fetched is closed once the span's compressed bytes are in (at the
+	// latest when done is): waiting before that is waiting for the source.
+	fetched chan struct{}
+	data    []byte
+	err     error
+	elem    *list.Element // in lru once done without error
 	// guarded by Reader.mu: readers holding data, and whether the span
 	// left the cache. Its buffer is reused once both say no one can read
 	// it any more.
@@ -231,7 +243,7 @@ func NewReader(ix *Index, src Source, opts ReaderOptions) *Reader {
 		ahead:   max(ahead, 0),
 		slots:   make(chan struct{}, decodeSlots()),
 	}
-	r.localDamaged = opts.LocalDamaged
+	r.localDamaged, r.admit = opts.LocalDamaged, opts.Admit
 	if opts.shared != nil {
 		r.slots, r.cpu = opts.shared.slots, opts.shared.cpu
 	}
@@ -505,6 +517,18 @@ func (r *Reader) spanData(ctx context.Context, g region, touch bool, then func()
 // returns c once decoded, or gives the reference back and returns the
 // decode's error or ctx's.
 func (r *Reader) waitSpan(ctx context.Context, c *spanCall) (*spanCall, error) {
+	if t := readTraceFrom(ctx); t != nil && t.FetchWait != nil {
+		select {
+		case <-c.fetched:
+		default:
+			resume := t.FetchWait()
+			select {
+			case <-c.fetched:
+			case <-ctx.Done():
+			}
+			resume()
+		}
+	}
 	select {
 	case <-c.done:
 		if c.err != nil {
@@ -564,12 +588,14 @@ func (r *Reader) reserve(size int64) ([]byte, int64) {
 // caller holds one (haveSlot). The decode runs under r's context, not a
 // caller's: other readers may be waiting for the same span.
 func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
-	c := &spanCall{done: make(chan struct{})}
+	c := &spanCall{done: make(chan struct{}), fetched: make(chan struct{})}
 	i := g.key
 	r.spans[i] = c
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		var once sync.Once
+		fetched := func() { once.Do(func() { close(c.fetched) }) }
 		var data []byte
 		var err error
 		if !haveSlot {
@@ -588,7 +614,7 @@ func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 			} else if d, ok := r.borrowed(i, buf); ok {
 				data = d
 			} else {
-				data, err = r.decodeSpan(r.ctx, i, nil, buf)
+				data, err = r.decodeSpan(r.ctx, i, false, buf, fetched)
 			}
 			<-r.slots
 		}
@@ -603,6 +629,7 @@ func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 			r.evictLocked()
 		}
 		r.mu.Unlock()
+		fetched()
 		close(c.done)
 	}()
 	return c
@@ -639,7 +666,10 @@ func (r *Reader) dropCache() {
 // compressed bytes and decodes them from its checkpoint with the codec's
 // span decoder (or reads them from the local copy), then checks them
 // against the span's digest. It is the one way every codec's spans are read.
-func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}, buf []byte) ([]byte, error) {
+// A background decode (DecodeSpan) holds a CPU token and an admission
+// while it decodes. fetched, if not nil, is called once the compressed
+// bytes are in.
+func (r *Reader) decodeSpan(ctx context.Context, i int, background bool, buf []byte, fetched func()) ([]byte, error) {
 	cp := r.ix.Checkpoints[i]
 	size := r.ix.spanEnd(i) - int64(cp.Out)
 	var data []byte
@@ -648,7 +678,7 @@ func (r *Reader) decodeSpan(ctx context.Context, i int, cpu chan struct{}, buf [
 	if local {
 		data, err = r.readLocal(ctx, i, size, buf)
 	} else {
-		data, err = r.decodeFromArchive(ctx, i, size, cpu, buf)
+		data, err = r.decodeFromArchive(ctx, i, size, background, buf, fetched)
 	}
 	if err == nil && xxhash.Sum64(data) != r.ix.Digests[i] {
 		r.log.Error("span digest mismatch", "span", i, "off", cp.Out, "local", local)
@@ -727,9 +757,10 @@ func readSpan(r io.Reader, size int64, buf []byte) ([]byte, error) {
 }
 
 // decodeFromArchive fetches the compressed bytes of span i and decodes
-// them from its checkpoint into size bytes, holding a token of cpu (when
-// not nil) while it decodes.
-func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu chan struct{}, buf []byte) ([]byte, error) {
+// them from its checkpoint into size bytes, calling fetched (when not nil)
+// between. A background decode holds a token of r.cpu and r.admit's
+// admission while it decodes.
+func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, background bool, buf []byte, fetched func()) ([]byte, error) {
 	cp := r.ix.Checkpoints[i]
 	compEnd := int64(r.ix.End)
 	endBit := int64(-1) // where the span ends in comp, in bits
@@ -751,12 +782,22 @@ func (r *Reader) decodeFromArchive(ctx context.Context, i int, size int64, cpu c
 	if err != nil && !(err == io.EOF && n == len(comp)) {
 		return nil, fmt.Errorf("fetch span %d: %w", i, err)
 	}
-	if cpu != nil {
+	if fetched != nil {
+		fetched()
+	}
+	if background {
 		select {
-		case cpu <- struct{}{}:
-			defer func() { <-cpu }()
+		case r.cpu <- struct{}{}:
+			defer func() { <-r.cpu }()
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+		if r.admit != nil {
+			release, err := r.admit(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
 		}
 	}
 	window, err := decompressWindow(cp.window)

@@ -70,7 +70,7 @@ func (r *Reader) DecodeSpan(ctx context.Context, i int) ([]byte, error) {
 // memory.
 func (r *Reader) DecodeSpanInto(ctx context.Context, i int, buf []byte) ([]byte, error) {
 	l := r.lend(i)
-	data, err := r.decodeSpan(ctx, i, r.cpu, buf)
+	data, err := r.decodeSpan(ctx, i, true, buf, nil)
 	r.endLend(i, l, data, err)
 	return data, err
 }

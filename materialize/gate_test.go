@@ -15,7 +15,8 @@ func waitDone(g *Gate) <-chan error {
 
 // TestGate: Wait holds background work while a foreground read runs and
 // lets it go Linger after the last one ends, or once MaxWait has passed under
-// foreground reads that never stop, or when its ctx ends.
+// foreground reads that never stop, or when its ctx ends; while foreground
+// reads only wait for their bytes, Acquire admits Share decodes.
 func TestGate(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		var g Gate
@@ -104,6 +105,77 @@ func TestGate(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("Wait still waiting 10 s after its ctx was cancelled")
+		}
+	})
+	t.Run("fetch wait", func(t *testing.T) {
+		// A foreground read that waits for its bytes lets Share
+		// decodes run, and no more; once its bytes are in, none.
+		g := Gate{MaxWait: -1, Linger: time.Hour, Share: 2}
+		release := g.Enter()
+		resume := g.FetchWait()
+		ctx := context.Background()
+		var admitted []func()
+		for range g.Share {
+			done, err := g.Acquire(ctx)
+			if err != nil {
+				t.Fatalf("Acquire during a fetch wait: %v", err)
+			}
+			admitted = append(admitted, done)
+		}
+		third := make(chan func(), 1)
+		go func() {
+			done, _ := g.Acquire(ctx)
+			third <- done
+		}()
+		select {
+		case <-third:
+			t.Fatalf("a decode beyond Share %d was admitted during a fetch wait", g.Share)
+		case <-time.After(100 * time.Millisecond):
+		}
+		admitted[0]()
+		admitted[0]() // a second release changes nothing
+		var done func()
+		select {
+		case done = <-third:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a decode was not admitted 10 s after a running one ended")
+		}
+		admitted[1]()
+		done()
+		// The read's bytes are in: it runs again, and nothing starts.
+		resume()
+		select {
+		case err := <-waitDone(&g):
+			t.Fatalf("Wait returned (%v) while the foreground read decodes", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		// Ended, with an hour of Linger: still shut.
+		release()
+		select {
+		case err := <-waitDone(&g):
+			t.Fatalf("Wait returned (%v) within Linger of the last foreground read", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	})
+	t.Run("fetch wait beside a running read", func(t *testing.T) {
+		// One read waits for bytes, another decodes: shut.
+		g := Gate{MaxWait: -1, Share: 1}
+		defer g.Enter()()
+		release := g.Enter()
+		defer g.FetchWait()()
+		select {
+		case err := <-waitDone(&g):
+			t.Fatalf("Wait returned (%v) while a foreground read runs", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		release()
+		select {
+		case err := <-waitDone(&g):
+			if err != nil {
+				t.Fatalf("Wait: got %v, want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait still waiting 10 s after the running read ended, beside one waiting for bytes")
 		}
 	})
 }

@@ -119,7 +119,10 @@ type Options struct {
 	// with tar -x, the data reaches the disk when the kernel writes it
 	// back; the journal and marker hold against a crash of the process.
 	Sync bool
-	// Gate, if set, makes span decoding wait while foreground reads run.
+	// Gate, if set, makes the job start no span read while foreground
+	// reads run (Gate.Wait). The decodes themselves are admitted by the
+	// same gate where the Spans' reader asks it
+	// (index.ReaderOptions.Admit = Gate.Acquire).
 	Gate *Gate
 	// Progress, if set, is updated as the job goes.
 	Progress *Progress

@@ -307,10 +307,6 @@ func (j *Job) writeSpans(spans Spans, segs []segment) error {
 			break
 		}
 		g.Go(func() error {
-			if err := j.opts.Gate.Wait(ctx); err != nil {
-				j.sem.Release(size)
-				return err
-			}
 			data, whole, err := spans.Read(ctx, w.i, w.from, w.to, j.spanBufs.get())
 			if err != nil {
 				j.sem.Release(size)
