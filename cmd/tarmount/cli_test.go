@@ -97,9 +97,9 @@ func TestHelp(t *testing.T) {
 // TestHelpCommand: `tarmount help CMD` is `tarmount CMD --help`, and
 // `tarmount help` is not taken for a URL.
 func TestHelpCommand(t *testing.T) {
-	for _, cmd := range commands {
-		got, _, code := runCLI("help", cmd)
-		want, _, _ := runCLI(cmd, "--help")
+	for _, cmd := range append(commands, "cache prune", "completion bash") {
+		got, _, code := runCLI(append([]string{"help"}, strings.Fields(cmd)...)...)
+		want, _, _ := runCLI(append(strings.Fields(cmd), "--help")...)
 		if code != 0 || got != want {
 			t.Errorf("help %s: exit %d, output differs from %s --help", cmd, code, cmd)
 		}
@@ -107,6 +107,13 @@ func TestHelpCommand(t *testing.T) {
 	out, errOut, code := runCLI("help")
 	if code != 0 || !strings.Contains(out, "Available Commands") && !strings.Contains(out, "Commands that read an archive") || errOut != "" {
 		t.Errorf("help: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	// A command that groups others shows its help when given none.
+	for _, cmd := range []string{"cache", "completion"} {
+		out, errOut, code := runCLI(cmd)
+		if code != 0 || errOut != "" || !strings.Contains(out, "tarmount "+cmd+" [command]") {
+			t.Errorf("%s: exit %d, stderr %q, stdout %q; want its help", cmd, code, errOut, out)
+		}
 	}
 }
 
@@ -120,7 +127,11 @@ func TestBadCommandLine(t *testing.T) {
 		{[]string{"extract", "--bogus", "u", "d"}, "tarmount: unknown flag: --bogus\nsee 'tarmount extract --help'\n"},
 		{[]string{"extract", "u"}, "tarmount: want URL and DIR, got 1 arguments\nsee 'tarmount extract --help'\n"},
 		{[]string{"u", "m", "x"}, "tarmount: want URL and MOUNTPOINT, got 3 arguments\nsee 'tarmount --help'\n"},
-		{[]string{"extrct", "u", "d"}, "tarmount: unknown command \"extrct\"; did you mean \"extract\"?\nsee 'tarmount --help'\n"},
+		{[]string{"extrct", "u", "d"}, "tarmount: unknown command \"extrct\" for \"tarmount\"; did you mean \"extract\"?\nsee 'tarmount --help'\n"},
+		{[]string{"cache", "prnue"}, "tarmount: unknown command \"prnue\" for \"tarmount cache\"; did you mean \"prune\"?\nsee 'tarmount cache --help'\n"},
+		{[]string{"completion", "nushell"}, "tarmount: unknown command \"nushell\" for \"tarmount completion\"\nsee 'tarmount completion --help'\n"},
+		{[]string{"help", "nosuch"}, "tarmount: unknown command \"nosuch\" for \"tarmount\"\nsee 'tarmount --help'\n"},
+		{[]string{"help", "cache", "bogus"}, "tarmount: unknown command \"bogus\" for \"tarmount cache\"\nsee 'tarmount cache --help'\n"},
 		{[]string{"ls", "--cache-mem", "lots", "u"}, "tarmount: invalid argument \"lots\" for \"--cache-mem\" flag: want a size such as 65536, 64MiB or 1G, got \"lots\"\nsee 'tarmount ls --help'\n"},
 		{[]string{"unmount", "--cache-mem", "1G", "m"}, "tarmount: unknown flag: --cache-mem\nsee 'tarmount unmount --help'\n"},
 		{[]string{"u", "m", "-o", "no_such_option"}, "tarmount: unknown mount option \"no_such_option\" (known: allow_other, debug, ro, and every flag as name=value, e.g. materialize=/dir)\nsee 'tarmount --help'\n"},

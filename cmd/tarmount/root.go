@@ -102,7 +102,56 @@ func newRoot(a *app) *cobra.Command {
 	for _, c := range append(root.Commands(), root) {
 		oldNames(c.Flags())
 	}
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch {
+		case c.Name() == "help":
+			c.RunE = helpTopic
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args, c.RunE, c.DisableFlagsInUseLine = nil, subcommand, true
+		}
+	}
 	return root
+}
+
+// subcommand runs a command that only groups others (cache,
+// completion): without arguments it shows its help; a word that names
+// none of its commands is an error, not the help with exit 0, so that
+// `tarmount cache prnue` does not pass for done.
+func subcommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return c.Help()
+	}
+	return &usageError{cmd: c, err: unknownCommand(c, args[0])}
+}
+
+// helpTopic is `tarmount help [CMD...]`: the help of CMD on stdout, or an
+// error for a topic that names no command (cobra's own would print the
+// root's help and exit 0).
+func helpTopic(h *cobra.Command, args []string) error {
+	c, rest, err := h.Root().Find(args)
+	switch {
+	case err != nil:
+		return &usageError{cmd: h.Root(), err: unknownCommand(h.Root(), args[0])}
+	case len(rest) > 0:
+		return &usageError{cmd: c, err: unknownCommand(c, rest[0])}
+	}
+	c.InitDefaultHelpFlag() // listed in the help, as with --help
+	c.InitDefaultVersionFlag()
+	return c.Help()
+}
+
+// unknownCommand says that word names no command of c, with the nearest
+// one when there is one.
+func unknownCommand(c *cobra.Command, word string) error {
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2
+	}
+	if s := c.SuggestionsFor(word); len(s) > 0 {
+		return fmt.Errorf("unknown command %q for %q; did you mean %q?", word, c.CommandPath(), s[0])
+	}
+	return fmt.Errorf("unknown command %q for %q", word, c.CommandPath())
 }
 
 // rootArgs accepts URL MOUNTPOINT, or nothing (the help); a first
@@ -114,7 +163,7 @@ func rootArgs(c *cobra.Command, args []string) error {
 	}
 	if s := c.SuggestionsFor(args[0]); len(s) > 0 && len(args[0]) >= 3 && !strings.ContainsAny(args[0], "/:.") {
 		if _, err := os.Stat(args[0]); err != nil {
-			return &usageError{cmd: c, err: fmt.Errorf("unknown command %q; did you mean %q?", args[0], s[0])}
+			return &usageError{cmd: c, err: unknownCommand(c, args[0])}
 		}
 	}
 	return &usageError{cmd: c, err: fmt.Errorf("want URL and MOUNTPOINT, got %d arguments", len(args))}
