@@ -169,18 +169,74 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestSizes: size flags take plain bytes and units.
+// sizeFlags are the flags that count bytes, wherever they appear.
+var sizeFlags = []string{"span", "block-size", "cache-mem", "cache-disk", "cache-decoded", "min-speed", "max-size"}
+
+// sizeCommandLines are the positional arguments of each command that
+// takes a size flag.
+var sizeCommandLines = map[string][]string{
+	"tarmount": {"u", "m"}, "tarmount mount": {"u", "m"}, "tarmount extract": {"u", "d"}, "tarmount index": {"u"},
+	"tarmount ls": {"u"}, "tarmount stat": {"u", "p"}, "tarmount cat": {"u", "p"}, "tarmount get": {"u", "p"},
+	"tarmount pack": {"s"}, "tarmount cache prune": nil,
+}
+
+// TestSizes: every size flag of every command takes plain bytes and
+// units, in both forms of a flag and as a mount option, and the default
+// its help prints reads back as the default.
 func TestSizes(t *testing.T) {
-	for _, tc := range []struct {
-		arg  string
-		want int64
-	}{{"65536", 65536}, {"64MiB", 64 << 20}, {"64MB", 64e6}, {"1G", 1e9}, {"1GiB", 1 << 30}, {"512KiB", 512 << 10}, {"1.5MiB", 3 << 19}} {
-		a, _, _, err := parseCLI("extract", "--cache-mem", tc.arg, "--span", tc.arg, "--block-size="+tc.arg, "--min-speed", tc.arg, "u", "d")
-		if err != nil {
-			t.Fatalf("%s: %v", tc.arg, err)
+	root := newRoot(&app{stdout: io.Discard, stderr: io.Discard})
+	found := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
 		}
-		if got := []int64{a.c.ao.CacheMem, a.c.ao.Span, a.c.ao.BlockSize, a.c.ao.MinSpeed}; slices.ContainsFunc(got, func(v int64) bool { return v != tc.want }) {
-			t.Errorf("%s: got %v, want %d each", tc.arg, got, tc.want)
+		for _, name := range sizeFlags {
+			f := c.LocalNonPersistentFlags().Lookup(name)
+			if f == nil {
+				continue
+			}
+			found[name] = true
+			path := c.CommandPath()
+			pos, ok := sizeCommandLines[path]
+			if !ok {
+				t.Errorf("%s --%s: no command line to try it in sizeCommandLines", path, name)
+				continue
+			}
+			if _, ok := f.Value.(sizeValue); !ok {
+				t.Errorf("%s --%s: a %s flag, want a size", path, name, f.Value.Type())
+				continue
+			}
+			var def int64
+			if err := (sizeValue{p: &def}).Set(f.DefValue); err != nil && f.DefValue != "" {
+				t.Errorf("%s --%s: the default the help prints, %q, does not read back: %v", path, name, f.DefValue, err)
+			}
+			for _, tc := range []struct {
+				arg  string
+				want int64
+			}{{"65536", 65536}, {"64MiB", 64 << 20}, {"64MB", 64e6}, {"1G", 1e9}, {"1GiB", 1 << 30}, {"512KiB", 512 << 10}, {"1.5MiB", 3 << 19}} {
+				lines := [][]string{{"--" + name, tc.arg}, {"--" + name + "=" + tc.arg}, {"-" + name, tc.arg}}
+				if path == "tarmount" || path == "tarmount mount" {
+					lines = append(lines, []string{"-o", strings.ReplaceAll(name, "-", "_") + "=" + tc.arg})
+				}
+				for _, flagArgs := range lines {
+					line := append(append(strings.Fields(strings.TrimPrefix(path, "tarmount")), pos...), flagArgs...)
+					_, c, _, err := parseCLI(line...)
+					if err != nil {
+						t.Errorf("%q: %v", line, err)
+						continue
+					}
+					if got := *c.Flags().Lookup(name).Value.(sizeValue).p; got != tc.want {
+						t.Errorf("%q: got %d, want %d", line, got, tc.want)
+					}
+				}
+			}
+		}
+	}
+	walk(root)
+	for _, name := range sizeFlags {
+		if !found[name] {
+			t.Errorf("no command has --%s", name)
 		}
 	}
 }
