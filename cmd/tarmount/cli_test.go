@@ -241,26 +241,30 @@ func TestSizes(t *testing.T) {
 	}
 }
 
-// oldFlags are the flags of the command line before cobra, by command:
-// each must parse in its single-dash form, as the flag package took it.
-var oldFlags = map[string][]string{
-	"mount": {"v", "cache-dir", "index", "no-sidecar", "o", "span", "fetch-workers", "block-size", "cache-mem", "H",
-		"header", "http1", "readahead", "cache-disk", "cache-decoded", "mount-name", "region", "endpoint-url", "profile",
-		"no-sign-request", "cpuprofile", "daemon", "foreground", "log-file", "metrics-addr", "allow-other", "wait-index",
-		"partial-listings", "read-timeout", "retries", "min-speed", "materialize", "write-workers", "decode-workers",
-		"overwrite", "fsync", "uid", "gid"},
-	"extract": {"v", "cache-dir", "index", "span", "fetch-workers", "cache-mem", "H", "header", "region", "endpoint-url",
-		"no-sign-request", "read-timeout", "retries", "min-speed", "write-workers", "decode-workers", "overwrite", "fsync", "quiet"},
-	"index":  {"v", "cache-dir", "o", "publish", "span", "fetch-workers", "block-size", "cache-mem", "H", "region", "profile"},
-	"pack":   {"v", "cache-dir", "o", "level", "span", "endpoint-url"},
-	"ls":     {"v", "cache-dir", "json", "l", "index", "no-sidecar"},
-	"stat":   {"json", "cache-dir"},
-	"cat":    {"cache-dir", "H"},
-	"get":    {"C", "cache-dir"},
-	"status": {"json", "v"},
-}
+// The flags of the command line before cobra. It had one flag set that
+// every command took; these are the flags each command used.
+var (
+	oldGlobal = []string{"v", "cpuprofile"}
+	oldSource = []string{"cache-dir", "index", "no-sidecar", "span", "fetch-workers", "block-size", "cache-mem", "H",
+		"header", "http1", "readahead", "cache-disk", "cache-decoded", "region", "endpoint-url", "profile",
+		"no-sign-request", "read-timeout", "retries", "min-speed"}
+	oldFlags = map[string][]string{
+		"mount": slices.Concat(oldGlobal, oldSource, []string{"o", "mount-name", "daemon", "foreground", "log-file",
+			"metrics-addr", "allow-other", "wait-index", "partial-listings", "materialize", "write-workers",
+			"decode-workers", "overwrite", "fsync", "uid", "gid"}),
+		"extract": slices.Concat(oldGlobal, oldSource, []string{"write-workers", "decode-workers", "overwrite", "fsync", "quiet"}),
+		"index":   slices.Concat(oldGlobal, oldSource, []string{"o", "publish"}),
+		"pack":    slices.Concat(oldGlobal, oldSource, []string{"o", "level"}),
+		"ls":      slices.Concat(oldGlobal, oldSource, []string{"json", "l"}),
+		"stat":    slices.Concat(oldGlobal, oldSource, []string{"json"}),
+		"cat":     slices.Concat(oldGlobal, oldSource),
+		"get":     slices.Concat(oldGlobal, oldSource, []string{"C"}),
+		"status":  slices.Concat(oldGlobal, []string{"json"}),
+		"unmount": oldGlobal,
+	}
+)
 
-// oldValue is a value for an old flag.
+// oldValue is a value for an old flag; nil for a boolean.
 func oldValue(name string) []string {
 	switch name {
 	case "v", "no-sidecar", "http1", "no-sign-request", "daemon", "foreground", "allow-other", "wait-index",
@@ -280,23 +284,33 @@ func oldValue(name string) []string {
 	return []string{"/x"}
 }
 
-// TestOldForms: every flag of the old command line parses as it did, in
-// its single-dash and double-dash forms, before and after the arguments,
-// and every mount flag is also a mount option name=value, as fstab lines
-// in the wild write them.
+// TestOldForms: every flag of the old command line parses as the flag
+// package took it, on each command that used it: -name value, --name
+// value, -name=value and --name=value (a boolean alone or =true), before
+// and after the arguments; and every mount flag is also a mount option
+// name=value, as fstab lines in the wild write them.
 func TestOldForms(t *testing.T) {
 	pos := map[string][]string{"mount": {"u", "m"}, "extract": {"u", "d"}, "index": {"u"}, "pack": {"s"}, "ls": {"u"},
-		"stat": {"u", "p"}, "cat": {"u", "p"}, "get": {"u", "p"}, "status": {"m"}}
+		"stat": {"u", "p"}, "cat": {"u", "p"}, "get": {"u", "p"}, "status": {"m"}, "unmount": {"m"}}
 	for cmd, names := range oldFlags {
 		for _, name := range names {
+			v := oldValue(name)
+			var forms [][]string
 			for _, dash := range []string{"-", "--"} {
-				flagArgs := append([]string{dash + name}, oldValue(name)...)
+				forms = append(forms, append([]string{dash + name}, v...))
+				if v == nil {
+					forms = append(forms, []string{dash + name + "=true"})
+				} else {
+					forms = append(forms, []string{dash + name + "=" + v[0]})
+				}
+			}
+			for _, flagArgs := range forms {
 				lines := [][]string{
-					append(append([]string{cmd}, flagArgs...), pos[cmd]...),
-					append(append([]string{cmd}, pos[cmd]...), flagArgs...),
+					slices.Concat([]string{cmd}, flagArgs, pos[cmd]),
+					slices.Concat([]string{cmd}, pos[cmd], flagArgs),
 				}
 				if cmd == "mount" {
-					lines = append(lines, append(slices.Clone(pos[cmd]), flagArgs...))
+					lines = append(lines, slices.Concat(pos[cmd], flagArgs))
 				}
 				for _, line := range lines {
 					if _, _, _, err := parseCLI(line...); err != nil {
@@ -307,7 +321,7 @@ func TestOldForms(t *testing.T) {
 		}
 	}
 	for _, name := range oldFlags["mount"] {
-		if len(name) == 1 {
+		if name == "o" {
 			continue
 		}
 		opt := strings.ReplaceAll(name, "-", "_")
