@@ -461,6 +461,74 @@ func TestDocumentedCommandLines(t *testing.T) {
 	if n < 20 {
 		t.Errorf("found %d command lines in the docs, want the 20 or more README.md has", n)
 	}
+	// The example systemd units run tarmount too.
+	units, _ := filepath.Glob(filepath.Join("..", "..", "scripts", "systemd", "*.service"))
+	n = 0
+	for _, u := range units {
+		for _, line := range unitCommandLines(t, u) {
+			args, ok := documentedLine(line)
+			if !ok {
+				continue
+			}
+			n++
+			if _, _, _, err := parseCLI(args...); err != nil {
+				t.Errorf("%s: %q: %v", u, line, err)
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("found %d tarmount command lines in scripts/systemd, want the unit's ExecStart and ExecStopPost", n)
+	}
+}
+
+// unitCommandLines returns the command lines of a systemd unit's Exec*=
+// settings, continuation lines joined and systemd's prefixes (-, @, +, !)
+// cut.
+func unitCommandLines(t *testing.T, path string) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	text := strings.ReplaceAll(string(data), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		key, value, ok := strings.Cut(line, "=")
+		if ok && strings.HasPrefix(key, "Exec") {
+			out = append(out, strings.TrimLeft(value, "-@+!:"))
+		}
+	}
+	return out
+}
+
+// TestExamplesParse: every line of every command's examples is a
+// tarmount command line that parses.
+func TestExamplesParse(t *testing.T) {
+	root := newRoot(&app{stdout: io.Discard, stderr: io.Discard})
+	n := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		for _, line := range strings.Split(c.Example, "\n") {
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
+			args, ok := documentedLine(line)
+			if !ok {
+				t.Errorf("%s: example %q is not a tarmount command line", c.CommandPath(), line)
+				continue
+			}
+			n++
+			if _, _, _, err := parseCLI(args...); err != nil {
+				t.Errorf("%s: example %q: %v", c.CommandPath(), strings.TrimSpace(line), err)
+			}
+		}
+	}
+	walk(root)
+	if n < len(commands) {
+		t.Errorf("found %d examples, want one or more per command", n)
+	}
 }
 
 // documentedLine returns the arguments of a tarmount command line in a
