@@ -55,7 +55,7 @@ func parseCLI(args ...string) (*app, *cobra.Command, []string, error) {
 	return a, c, pos, nil
 }
 
-var commands = []string{"mount", "extract", "index", "ls", "stat", "cat", "get", "pack", "unmount", "status", "cache", "version"}
+var commands = []string{"mount", "extract", "index", "ls", "stat", "cat", "get", "pack", "unmount", "status", "cache", "version", "docs"}
 
 // TestHelp: every command's --help goes to stdout with exit 0 and says
 // its usage, examples and its own flags, not the others'.
@@ -89,6 +89,11 @@ func TestHelp(t *testing.T) {
 			}
 			if cmd != "pack" && strings.Contains(out, "--level") {
 				t.Errorf("help lists pack's --level")
+			}
+			for _, c := range commands {
+				if cmd == "" && !strings.Contains(out, "\n  "+c+" ") {
+					t.Errorf("tarmount --help does not list %s", c)
+				}
 			}
 		})
 	}
