@@ -130,6 +130,9 @@ func TestBadCommandLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"extract", "--bogus", "u", "d"}, "tarmount: unknown flag: --bogus\nsee 'tarmount extract --help'\n"},
+		{[]string{"extract", "-cache-mme", "1G", "u", "d"}, "tarmount: unknown flag: -cache-mme\nsee 'tarmount extract --help'\n"},
+		{[]string{"extract", "-cache-mme=1G", "u", "d"}, "tarmount: unknown flag: -cache-mme\nsee 'tarmount extract --help'\n"},
+		{[]string{"ls", "-lzqr", "u"}, "tarmount: unknown shorthand flag: 'z' in -zqr\nsee 'tarmount ls --help'\n"},
 		{[]string{"extract", "u"}, "tarmount: want URL and DIR, got 1 arguments\nsee 'tarmount extract --help'\n"},
 		{[]string{"u", "m", "x"}, "tarmount: want URL and MOUNTPOINT, got 3 arguments\nsee 'tarmount --help'\n"},
 		{[]string{"extrct", "u", "d"}, "tarmount: unknown command \"extrct\" for \"tarmount\"; did you mean \"extract\"?\nsee 'tarmount --help'\n"},

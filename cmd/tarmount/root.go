@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"runtime/pprof"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -87,7 +89,7 @@ func newRoot(a *app) *cobra.Command {
 	root.SuggestionsMinimumDistance = 2
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{cmd: c, err: err} })
+	root.SetFlagErrorFunc(a.flagError)
 	pf := root.PersistentFlags()
 	pf.BoolVarP(&a.c.verbose, "verbose", "v", false, "log every step at debug level")
 	pf.StringVar(&a.c.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this run to `FILE`")
@@ -187,6 +189,25 @@ func minArgs(n int, want string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// shorthandError is pflag's error for a single-dash word whose letter
+// LETTER names no flag: "unknown shorthand flag: 'LETTER' in -WORD".
+var shorthandError = regexp.MustCompile(`^unknown shorthand flag: '(.)' in -(.+)$`)
+
+// flagError is the error of a flag that does not parse. A single-dash
+// argument of three or more letters that is refused at its first letter
+// was meant for a long flag, as tarmount's flags were once written
+// (-cache-mem): it is named as one, "unknown flag: -cache-mme", not by its
+// first letter.
+func (a *app) flagError(c *cobra.Command, err error) error {
+	if m := shorthandError.FindStringSubmatch(err.Error()); m != nil && len(m[2]) > 2 && m[2][:1] == m[1] {
+		word, _, _ := strings.Cut(m[2], "=")
+		if slices.ContainsFunc(a.args, func(arg string) bool { return arg == "-"+m[2] || strings.HasPrefix(arg, "-"+word+"=") }) {
+			err = fmt.Errorf("unknown flag: -%s", word)
+		}
+	}
+	return &usageError{cmd: c, err: err}
 }
 
 // usageError is a command line that does not parse: one line, and where
