@@ -286,6 +286,10 @@ func PruneCache(cacheDir string, olderThan time.Duration, maxBytes int64, now ti
 	keep := keyCounts(vs)
 	var removed []CachedVersion
 	var errs []error
+	named := map[string]int{} // versions left of each name
+	for _, v := range vs {
+		named[v.nameHash]++
+	}
 	for _, v := range vs { // least recently used first
 		old := olderThan > 0 && now.Sub(v.LastUsed) > olderThan
 		over := maxBytes > 0 && total > maxBytes
@@ -298,6 +302,10 @@ func PruneCache(cacheDir string, olderThan time.Duration, maxBytes int64, now ti
 		}
 		total -= v.TotalBytes
 		removed = append(removed, v)
+		if named[v.nameHash]--; named[v.nameHash] == 0 && v.nameHash != "" {
+			// The last version of this archive: its name goes too.
+			os.Remove(filepath.Join(cacheDir, "indexes", v.nameHash+".name"))
+		}
 	}
 	return removed, errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -358,15 +359,59 @@ func TestVersionFromBuildInfo(t *testing.T) {
 		t.Fatalf("not in a git checkout: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "tarmount")
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "../cmd/tarmount").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "./cmd/tarmount")
+	build.Dir = checkout(t)
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("--version: %s", out)
 	want := regexp.MustCompile(`^tarmount v\S+ \(commit ` + string(head[:12]) + `(, modified)?, \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\), go1\.\d+`)
 	if !want.Match(out) || strings.Contains(string(out), "(devel)") {
 		t.Errorf("--version: got %q, want the version, commit %.12s, its date and the Go version", out, head)
 	}
+}
+
+// checkout returns the root of a git checkout of this tree, as the go
+// command needs it to stamp the commit: the repository itself when its
+// .git is a directory; else (a worktree or a submodule, whose .git is a
+// file that the go command does not follow) a clone that shares its
+// objects, at HEAD, with the files of the working tree copied over it.
+func checkout(t *testing.T) string {
+	t.Helper()
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	top := git(".", "rev-parse", "--show-toplevel")
+	if fi, err := os.Stat(filepath.Join(top, ".git")); err == nil && fi.IsDir() {
+		return top
+	}
+	clone := filepath.Join(t.TempDir(), "src")
+	git(".", "clone", "--quiet", "--shared", "--no-checkout", top, clone)
+	git(clone, "checkout", "--quiet", "--detach", git(top, "rev-parse", "HEAD"))
+	for _, name := range strings.Split(git(top, "ls-files", "--cached", "--others", "--exclude-standard"), "\n") {
+		data, err := os.ReadFile(filepath.Join(top, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			os.Remove(filepath.Join(clone, name)) // deleted in the working tree
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(clone, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(clone, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return clone
 }

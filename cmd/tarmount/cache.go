@@ -26,7 +26,6 @@ archive from it. Running mounts fetch again what they need.`,
 		Example: `  tarmount cache ls
   tarmount cache prune --older-than 720h --max-size 20GiB
   tarmount cache rm https://example.com/runtime.tar.gz`,
-		Args: exactArgs(0, "a subcommand: ls, prune or rm"),
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&a.c.ao.CacheDir, "cache-dir", archive.DefaultCacheDir(), "the cache directory")

@@ -55,7 +55,7 @@ func parseCLI(args ...string) (*app, *cobra.Command, []string, error) {
 	return a, c, pos, nil
 }
 
-var commands = []string{"mount", "extract", "index", "ls", "stat", "cat", "get", "pack", "unmount", "status", "cache", "version"}
+var commands = []string{"mount", "extract", "index", "ls", "stat", "cat", "get", "pack", "unmount", "status", "cache", "version", "docs"}
 
 // TestHelp: every command's --help goes to stdout with exit 0 and says
 // its usage, examples and its own flags, not the others'.
@@ -90,6 +90,11 @@ func TestHelp(t *testing.T) {
 			if cmd != "pack" && strings.Contains(out, "--level") {
 				t.Errorf("help lists pack's --level")
 			}
+			for _, c := range commands {
+				if cmd == "" && !strings.Contains(out, "\n  "+c+" ") {
+					t.Errorf("tarmount --help does not list %s", c)
+				}
+			}
 		})
 	}
 }
@@ -97,9 +102,9 @@ func TestHelp(t *testing.T) {
 // TestHelpCommand: `tarmount help CMD` is `tarmount CMD --help`, and
 // `tarmount help` is not taken for a URL.
 func TestHelpCommand(t *testing.T) {
-	for _, cmd := range commands {
-		got, _, code := runCLI("help", cmd)
-		want, _, _ := runCLI(cmd, "--help")
+	for _, cmd := range append(commands, "cache prune", "completion bash") {
+		got, _, code := runCLI(append([]string{"help"}, strings.Fields(cmd)...)...)
+		want, _, _ := runCLI(append(strings.Fields(cmd), "--help")...)
 		if code != 0 || got != want {
 			t.Errorf("help %s: exit %d, output differs from %s --help", cmd, code, cmd)
 		}
@@ -107,6 +112,13 @@ func TestHelpCommand(t *testing.T) {
 	out, errOut, code := runCLI("help")
 	if code != 0 || !strings.Contains(out, "Available Commands") && !strings.Contains(out, "Commands that read an archive") || errOut != "" {
 		t.Errorf("help: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	// A command that groups others shows its help when given none.
+	for _, cmd := range []string{"cache", "completion"} {
+		out, errOut, code := runCLI(cmd)
+		if code != 0 || errOut != "" || !strings.Contains(out, "tarmount "+cmd+" [command]") {
+			t.Errorf("%s: exit %d, stderr %q, stdout %q; want its help", cmd, code, errOut, out)
+		}
 	}
 }
 
@@ -118,9 +130,16 @@ func TestBadCommandLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"extract", "--bogus", "u", "d"}, "tarmount: unknown flag: --bogus\nsee 'tarmount extract --help'\n"},
+		{[]string{"extract", "-cache-mme", "1G", "u", "d"}, "tarmount: unknown flag: -cache-mme\nsee 'tarmount extract --help'\n"},
+		{[]string{"extract", "-cache-mme=1G", "u", "d"}, "tarmount: unknown flag: -cache-mme\nsee 'tarmount extract --help'\n"},
+		{[]string{"ls", "-lzqr", "u"}, "tarmount: unknown shorthand flag: 'z' in -zqr\nsee 'tarmount ls --help'\n"},
 		{[]string{"extract", "u"}, "tarmount: want URL and DIR, got 1 arguments\nsee 'tarmount extract --help'\n"},
 		{[]string{"u", "m", "x"}, "tarmount: want URL and MOUNTPOINT, got 3 arguments\nsee 'tarmount --help'\n"},
-		{[]string{"extrct", "u", "d"}, "tarmount: unknown command \"extrct\"; did you mean \"extract\"?\nsee 'tarmount --help'\n"},
+		{[]string{"extrct", "u", "d"}, "tarmount: unknown command \"extrct\" for \"tarmount\"; did you mean \"extract\"?\nsee 'tarmount --help'\n"},
+		{[]string{"cache", "prnue"}, "tarmount: unknown command \"prnue\" for \"tarmount cache\"; did you mean \"prune\"?\nsee 'tarmount cache --help'\n"},
+		{[]string{"completion", "nushell"}, "tarmount: unknown command \"nushell\" for \"tarmount completion\"\nsee 'tarmount completion --help'\n"},
+		{[]string{"help", "nosuch"}, "tarmount: unknown command \"nosuch\" for \"tarmount\"\nsee 'tarmount --help'\n"},
+		{[]string{"help", "cache", "bogus"}, "tarmount: unknown command \"bogus\" for \"tarmount cache\"\nsee 'tarmount cache --help'\n"},
 		{[]string{"ls", "--cache-mem", "lots", "u"}, "tarmount: invalid argument \"lots\" for \"--cache-mem\" flag: want a size such as 65536, 64MiB or 1G, got \"lots\"\nsee 'tarmount ls --help'\n"},
 		{[]string{"unmount", "--cache-mem", "1G", "m"}, "tarmount: unknown flag: --cache-mem\nsee 'tarmount unmount --help'\n"},
 		{[]string{"u", "m", "-o", "no_such_option"}, "tarmount: unknown mount option \"no_such_option\" (known: allow_other, debug, ro, and every flag as name=value, e.g. materialize=/dir)\nsee 'tarmount --help'\n"},
@@ -158,42 +177,102 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestSizes: size flags take plain bytes and units.
+// sizeFlags are the flags that count bytes, wherever they appear.
+var sizeFlags = []string{"span", "block-size", "cache-mem", "cache-disk", "cache-decoded", "min-speed", "max-size"}
+
+// sizeCommandLines are the positional arguments of each command that
+// takes a size flag.
+var sizeCommandLines = map[string][]string{
+	"tarmount": {"u", "m"}, "tarmount mount": {"u", "m"}, "tarmount extract": {"u", "d"}, "tarmount index": {"u"},
+	"tarmount ls": {"u"}, "tarmount stat": {"u", "p"}, "tarmount cat": {"u", "p"}, "tarmount get": {"u", "p"},
+	"tarmount pack": {"s"}, "tarmount cache prune": nil,
+}
+
+// TestSizes: every size flag of every command takes plain bytes and
+// units, in both forms of a flag and as a mount option, and the default
+// its help prints reads back as the default.
 func TestSizes(t *testing.T) {
-	for _, tc := range []struct {
-		arg  string
-		want int64
-	}{{"65536", 65536}, {"64MiB", 64 << 20}, {"64MB", 64e6}, {"1G", 1e9}, {"1GiB", 1 << 30}, {"512KiB", 512 << 10}, {"1.5MiB", 3 << 19}} {
-		a, _, _, err := parseCLI("extract", "--cache-mem", tc.arg, "--span", tc.arg, "--block-size="+tc.arg, "--min-speed", tc.arg, "u", "d")
-		if err != nil {
-			t.Fatalf("%s: %v", tc.arg, err)
+	root := newRoot(&app{stdout: io.Discard, stderr: io.Discard})
+	found := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
 		}
-		if got := []int64{a.c.ao.CacheMem, a.c.ao.Span, a.c.ao.BlockSize, a.c.ao.MinSpeed}; slices.ContainsFunc(got, func(v int64) bool { return v != tc.want }) {
-			t.Errorf("%s: got %v, want %d each", tc.arg, got, tc.want)
+		for _, name := range sizeFlags {
+			f := c.LocalNonPersistentFlags().Lookup(name)
+			if f == nil {
+				continue
+			}
+			found[name] = true
+			path := c.CommandPath()
+			pos, ok := sizeCommandLines[path]
+			if !ok {
+				t.Errorf("%s --%s: no command line to try it in sizeCommandLines", path, name)
+				continue
+			}
+			if _, ok := f.Value.(sizeValue); !ok {
+				t.Errorf("%s --%s: a %s flag, want a size", path, name, f.Value.Type())
+				continue
+			}
+			var def int64
+			if err := (sizeValue{p: &def}).Set(f.DefValue); err != nil && f.DefValue != "" {
+				t.Errorf("%s --%s: the default the help prints, %q, does not read back: %v", path, name, f.DefValue, err)
+			}
+			for _, tc := range []struct {
+				arg  string
+				want int64
+			}{{"65536", 65536}, {"64MiB", 64 << 20}, {"64MB", 64e6}, {"1G", 1e9}, {"1GiB", 1 << 30}, {"512KiB", 512 << 10}, {"1.5MiB", 3 << 19}} {
+				lines := [][]string{{"--" + name, tc.arg}, {"--" + name + "=" + tc.arg}, {"-" + name, tc.arg}}
+				if path == "tarmount" || path == "tarmount mount" {
+					lines = append(lines, []string{"-o", strings.ReplaceAll(name, "-", "_") + "=" + tc.arg})
+				}
+				for _, flagArgs := range lines {
+					line := append(append(strings.Fields(strings.TrimPrefix(path, "tarmount")), pos...), flagArgs...)
+					_, c, _, err := parseCLI(line...)
+					if err != nil {
+						t.Errorf("%q: %v", line, err)
+						continue
+					}
+					if got := *c.Flags().Lookup(name).Value.(sizeValue).p; got != tc.want {
+						t.Errorf("%q: got %d, want %d", line, got, tc.want)
+					}
+				}
+			}
+		}
+	}
+	walk(root)
+	for _, name := range sizeFlags {
+		if !found[name] {
+			t.Errorf("no command has --%s", name)
 		}
 	}
 }
 
-// oldFlags are the flags of the command line before cobra, by command:
-// each must parse in its single-dash form, as the flag package took it.
-var oldFlags = map[string][]string{
-	"mount": {"v", "cache-dir", "index", "no-sidecar", "o", "span", "fetch-workers", "block-size", "cache-mem", "H",
-		"header", "http1", "readahead", "cache-disk", "cache-decoded", "mount-name", "region", "endpoint-url", "profile",
-		"no-sign-request", "cpuprofile", "daemon", "foreground", "log-file", "metrics-addr", "allow-other", "wait-index",
-		"partial-listings", "read-timeout", "retries", "min-speed", "materialize", "write-workers", "decode-workers",
-		"overwrite", "fsync", "uid", "gid"},
-	"extract": {"v", "cache-dir", "index", "span", "fetch-workers", "cache-mem", "H", "header", "region", "endpoint-url",
-		"no-sign-request", "read-timeout", "retries", "min-speed", "write-workers", "decode-workers", "overwrite", "fsync", "quiet"},
-	"index":  {"v", "cache-dir", "o", "publish", "span", "fetch-workers", "block-size", "cache-mem", "H", "region", "profile"},
-	"pack":   {"v", "cache-dir", "o", "level", "span", "endpoint-url"},
-	"ls":     {"v", "cache-dir", "json", "l", "index", "no-sidecar"},
-	"stat":   {"json", "cache-dir"},
-	"cat":    {"cache-dir", "H"},
-	"get":    {"C", "cache-dir"},
-	"status": {"json", "v"},
-}
+// The flags of the command line before cobra. It had one flag set that
+// every command took; these are the flags each command used.
+var (
+	oldGlobal = []string{"v", "cpuprofile"}
+	oldSource = []string{"cache-dir", "index", "no-sidecar", "span", "fetch-workers", "block-size", "cache-mem", "H",
+		"header", "http1", "readahead", "cache-disk", "cache-decoded", "region", "endpoint-url", "profile",
+		"no-sign-request", "read-timeout", "retries", "min-speed"}
+	oldFlags = map[string][]string{
+		"mount": slices.Concat(oldGlobal, oldSource, []string{"o", "mount-name", "daemon", "foreground", "log-file",
+			"metrics-addr", "allow-other", "wait-index", "partial-listings", "materialize", "write-workers",
+			"decode-workers", "overwrite", "fsync", "uid", "gid"}),
+		"extract": slices.Concat(oldGlobal, oldSource, []string{"write-workers", "decode-workers", "overwrite", "fsync", "quiet"}),
+		"index":   slices.Concat(oldGlobal, oldSource, []string{"o", "publish"}),
+		"pack":    slices.Concat(oldGlobal, oldSource, []string{"o", "level"}),
+		"ls":      slices.Concat(oldGlobal, oldSource, []string{"json", "l"}),
+		"stat":    slices.Concat(oldGlobal, oldSource, []string{"json"}),
+		"cat":     slices.Concat(oldGlobal, oldSource),
+		"get":     slices.Concat(oldGlobal, oldSource, []string{"C"}),
+		"status":  slices.Concat(oldGlobal, []string{"json"}),
+		"unmount": oldGlobal,
+	}
+)
 
-// oldValue is a value for an old flag.
+// oldValue is a value for an old flag; nil for a boolean.
 func oldValue(name string) []string {
 	switch name {
 	case "v", "no-sidecar", "http1", "no-sign-request", "daemon", "foreground", "allow-other", "wait-index",
@@ -213,23 +292,33 @@ func oldValue(name string) []string {
 	return []string{"/x"}
 }
 
-// TestOldForms: every flag of the old command line parses as it did, in
-// its single-dash and double-dash forms, before and after the arguments,
-// and every mount flag is also a mount option name=value, as fstab lines
-// in the wild write them.
+// TestOldForms: every flag of the old command line parses as the flag
+// package took it, on each command that used it: -name value, --name
+// value, -name=value and --name=value (a boolean alone or =true), before
+// and after the arguments; and every mount flag is also a mount option
+// name=value, as fstab lines in the wild write them.
 func TestOldForms(t *testing.T) {
 	pos := map[string][]string{"mount": {"u", "m"}, "extract": {"u", "d"}, "index": {"u"}, "pack": {"s"}, "ls": {"u"},
-		"stat": {"u", "p"}, "cat": {"u", "p"}, "get": {"u", "p"}, "status": {"m"}}
+		"stat": {"u", "p"}, "cat": {"u", "p"}, "get": {"u", "p"}, "status": {"m"}, "unmount": {"m"}}
 	for cmd, names := range oldFlags {
 		for _, name := range names {
+			v := oldValue(name)
+			var forms [][]string
 			for _, dash := range []string{"-", "--"} {
-				flagArgs := append([]string{dash + name}, oldValue(name)...)
+				forms = append(forms, append([]string{dash + name}, v...))
+				if v == nil {
+					forms = append(forms, []string{dash + name + "=true"})
+				} else {
+					forms = append(forms, []string{dash + name + "=" + v[0]})
+				}
+			}
+			for _, flagArgs := range forms {
 				lines := [][]string{
-					append(append([]string{cmd}, flagArgs...), pos[cmd]...),
-					append(append([]string{cmd}, pos[cmd]...), flagArgs...),
+					slices.Concat([]string{cmd}, flagArgs, pos[cmd]),
+					slices.Concat([]string{cmd}, pos[cmd], flagArgs),
 				}
 				if cmd == "mount" {
-					lines = append(lines, append(slices.Clone(pos[cmd]), flagArgs...))
+					lines = append(lines, slices.Concat(pos[cmd], flagArgs))
 				}
 				for _, line := range lines {
 					if _, _, _, err := parseCLI(line...); err != nil {
@@ -240,7 +329,7 @@ func TestOldForms(t *testing.T) {
 		}
 	}
 	for _, name := range oldFlags["mount"] {
-		if len(name) == 1 {
+		if name == "o" {
 			continue
 		}
 		opt := strings.ReplaceAll(name, "-", "_")
@@ -379,6 +468,74 @@ func TestDocumentedCommandLines(t *testing.T) {
 	}
 	if n < 20 {
 		t.Errorf("found %d command lines in the docs, want the 20 or more README.md has", n)
+	}
+	// The example systemd units run tarmount too.
+	units, _ := filepath.Glob(filepath.Join("..", "..", "scripts", "systemd", "*.service"))
+	n = 0
+	for _, u := range units {
+		for _, line := range unitCommandLines(t, u) {
+			args, ok := documentedLine(line)
+			if !ok {
+				continue
+			}
+			n++
+			if _, _, _, err := parseCLI(args...); err != nil {
+				t.Errorf("%s: %q: %v", u, line, err)
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("found %d tarmount command lines in scripts/systemd, want the unit's ExecStart and ExecStopPost", n)
+	}
+}
+
+// unitCommandLines returns the command lines of a systemd unit's Exec*=
+// settings, continuation lines joined and systemd's prefixes (-, @, +, !)
+// cut.
+func unitCommandLines(t *testing.T, path string) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	text := strings.ReplaceAll(string(data), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		key, value, ok := strings.Cut(line, "=")
+		if ok && strings.HasPrefix(key, "Exec") {
+			out = append(out, strings.TrimLeft(value, "-@+!:"))
+		}
+	}
+	return out
+}
+
+// TestExamplesParse: every line of every command's examples is a
+// tarmount command line that parses.
+func TestExamplesParse(t *testing.T) {
+	root := newRoot(&app{stdout: io.Discard, stderr: io.Discard})
+	n := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		for _, line := range strings.Split(c.Example, "\n") {
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
+			args, ok := documentedLine(line)
+			if !ok {
+				t.Errorf("%s: example %q is not a tarmount command line", c.CommandPath(), line)
+				continue
+			}
+			n++
+			if _, _, _, err := parseCLI(args...); err != nil {
+				t.Errorf("%s: example %q: %v", c.CommandPath(), strings.TrimSpace(line), err)
+			}
+		}
+	}
+	walk(root)
+	if n < len(commands) {
+		t.Errorf("found %d examples, want one or more per command", n)
 	}
 }
 

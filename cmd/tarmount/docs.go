@@ -14,10 +14,14 @@ import (
 func newDocsCmd(a *app) *cobra.Command {
 	var markdown, man string
 	cmd := &cobra.Command{
-		Use:    "docs [--markdown DIR] [--man DIR]",
-		Short:  "Write the command reference as markdown and man pages",
-		Hidden: true,
-		Args:   exactArgs(0, "no arguments"),
+		Use:   "docs [--markdown DIR] [--man DIR]",
+		Short: "Write the command reference as man pages or markdown",
+		Long: `Write the command reference, generated from the commands themselves:
+one man page per command (section 1, tarmount.1, tarmount-extract.1, ...)
+and one markdown page per command (docs/cli in the repository).`,
+		Example: `  tarmount docs --man /usr/local/share/man/man1
+  tarmount docs --markdown docs/cli`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if markdown == "" && man == "" {
 				return &usageError{cmd: cmd, err: fmt.Errorf("want --markdown DIR or --man DIR")}

@@ -166,8 +166,7 @@ func addSourceFlags(fs *pflag.FlagSet, c *config) {
 			ao.Retries = n
 			return nil
 		})
-	funcVar(fs, "min-speed", "size", fmt.Sprintf("bytes per second below which a transfer counts as stalled (after a 5 s grace) and is restarted where it stopped; 0 disables (default %s)", formatSize(ao.MinSpeed)),
-		func(s string) error { return sizeValue{p: &ao.MinSpeed}.Set(s) })
+	sizeVar(fs, &ao.MinSpeed, "min-speed", "bytes per second below which a transfer counts as stalled (after a 5 s grace) and is restarted where it stopped; 0 disables")
 }
 
 // checkSourceFlags checks what the flag package cannot.

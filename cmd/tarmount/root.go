@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"runtime/pprof"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -87,7 +89,7 @@ func newRoot(a *app) *cobra.Command {
 	root.SuggestionsMinimumDistance = 2
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{cmd: c, err: err} })
+	root.SetFlagErrorFunc(a.flagError)
 	pf := root.PersistentFlags()
 	pf.BoolVarP(&a.c.verbose, "verbose", "v", false, "log every step at debug level")
 	pf.StringVar(&a.c.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this run to `FILE`")
@@ -102,7 +104,56 @@ func newRoot(a *app) *cobra.Command {
 	for _, c := range append(root.Commands(), root) {
 		oldNames(c.Flags())
 	}
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch {
+		case c.Name() == "help":
+			c.RunE = helpTopic
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args, c.RunE, c.DisableFlagsInUseLine = nil, subcommand, true
+		}
+	}
 	return root
+}
+
+// subcommand runs a command that only groups others (cache,
+// completion): without arguments it shows its help; a word that names
+// none of its commands is an error, not the help with exit 0, so that
+// `tarmount cache prnue` does not pass for done.
+func subcommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return c.Help()
+	}
+	return &usageError{cmd: c, err: unknownCommand(c, args[0])}
+}
+
+// helpTopic is `tarmount help [CMD...]`: the help of CMD on stdout, or an
+// error for a topic that names no command (cobra's own would print the
+// root's help and exit 0).
+func helpTopic(h *cobra.Command, args []string) error {
+	c, rest, err := h.Root().Find(args)
+	switch {
+	case err != nil:
+		return &usageError{cmd: h.Root(), err: unknownCommand(h.Root(), args[0])}
+	case len(rest) > 0:
+		return &usageError{cmd: c, err: unknownCommand(c, rest[0])}
+	}
+	c.InitDefaultHelpFlag() // listed in the help, as with --help
+	c.InitDefaultVersionFlag()
+	return c.Help()
+}
+
+// unknownCommand says that word names no command of c, with the nearest
+// one when there is one.
+func unknownCommand(c *cobra.Command, word string) error {
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2
+	}
+	if s := c.SuggestionsFor(word); len(s) > 0 {
+		return fmt.Errorf("unknown command %q for %q; did you mean %q?", word, c.CommandPath(), s[0])
+	}
+	return fmt.Errorf("unknown command %q for %q", word, c.CommandPath())
 }
 
 // rootArgs accepts URL MOUNTPOINT, or nothing (the help); a first
@@ -114,7 +165,7 @@ func rootArgs(c *cobra.Command, args []string) error {
 	}
 	if s := c.SuggestionsFor(args[0]); len(s) > 0 && len(args[0]) >= 3 && !strings.ContainsAny(args[0], "/:.") {
 		if _, err := os.Stat(args[0]); err != nil {
-			return &usageError{cmd: c, err: fmt.Errorf("unknown command %q; did you mean %q?", args[0], s[0])}
+			return &usageError{cmd: c, err: unknownCommand(c, args[0])}
 		}
 	}
 	return &usageError{cmd: c, err: fmt.Errorf("want URL and MOUNTPOINT, got %d arguments", len(args))}
@@ -138,6 +189,25 @@ func minArgs(n int, want string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// shorthandError is pflag's error for a single-dash word whose letter
+// LETTER names no flag: "unknown shorthand flag: 'LETTER' in -WORD".
+var shorthandError = regexp.MustCompile(`^unknown shorthand flag: '(.)' in -(.+)$`)
+
+// flagError is the error of a flag that does not parse. A single-dash
+// argument of three or more letters that is refused at its first letter
+// was meant for a long flag, as tarmount's flags were once written
+// (-cache-mem): it is named as one, "unknown flag: -cache-mme", not by its
+// first letter.
+func (a *app) flagError(c *cobra.Command, err error) error {
+	if m := shorthandError.FindStringSubmatch(err.Error()); m != nil && len(m[2]) > 2 && m[2][:1] == m[1] {
+		word, _, _ := strings.Cut(m[2], "=")
+		if slices.ContainsFunc(a.args, func(arg string) bool { return arg == "-"+m[2] || strings.HasPrefix(arg, "-"+word+"=") }) {
+			err = fmt.Errorf("unknown flag: -%s", word)
+		}
+	}
+	return &usageError{cmd: c, err: err}
 }
 
 // usageError is a command line that does not parse: one line, and where
