@@ -107,25 +107,38 @@ func (g *Gate) Acquire(ctx context.Context) (release func(), err error) {
 	if g == nil {
 		return func() {}, ctx.Err()
 	}
-	if err := g.wait(ctx, true); err != nil {
+	if err := g.wait(ctx, true, true); err != nil {
 		return nil, err
 	}
 	var once sync.Once
 	return func() { once.Do(func() { g.update(func() { g.running-- }) }) }, nil
 }
 
-// Wait returns once Acquire would admit a decode (without admitting one),
-// or MaxWait after it was called, or with ctx's error.
+// WaitDecode returns once Acquire would admit a decode (without
+// admitting one), or MaxWait after it was called, or with ctx's error: a
+// job may then start the fetch of a span whose decode Acquire admits.
+func (g *Gate) WaitDecode(ctx context.Context) error {
+	if g == nil {
+		return ctx.Err()
+	}
+	return g.wait(ctx, true, false)
+}
+
+// Wait returns once no foreground read runs, not even one that waits for
+// its bytes, and Linger has passed since the last one; or MaxWait after
+// it was called, or with ctx's error. Background work that is all
+// fetching (the pieces of a plain tar) waits so, since its requests would
+// go beside the foreground's, often for the same bytes.
 func (g *Gate) Wait(ctx context.Context) error {
 	if g == nil {
 		return ctx.Err()
 	}
-	return g.wait(ctx, false)
+	return g.wait(ctx, false, false)
 }
 
-// wait waits until a decode may start, and counts it as running when
-// admit is set.
-func (g *Gate) wait(ctx context.Context, admit bool) error {
+// wait waits until background work may start: a decode when decode is
+// set, else any work. It counts a decode as running when admit is set.
+func (g *Gate) wait(ctx context.Context, decode, admit bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -146,7 +159,7 @@ func (g *Gate) wait(ctx context.Context, admit bool) error {
 		switch {
 		case g.active > 0:
 		case g.waiting > 0:
-			open = g.running < share
+			open = decode && g.running < share
 		default:
 			quiet := time.Since(g.last)
 			open = linger <= 0 || g.last.IsZero() || quiet >= linger

@@ -7,9 +7,14 @@ import (
 )
 
 // waitDone runs g.Wait in a goroutine and returns when it returns.
-func waitDone(g *Gate) <-chan error {
+func waitDone(g *Gate) <-chan error { return doneOf(g.Wait) }
+
+// waitDecodeDone is waitDone for g.WaitDecode.
+func waitDecodeDone(g *Gate) <-chan error { return doneOf(g.WaitDecode) }
+
+func doneOf(wait func(context.Context) error) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- g.Wait(context.Background()) }()
+	go func() { done <- wait(context.Background()) }()
 	return done
 }
 
@@ -122,6 +127,12 @@ func TestGate(t *testing.T) {
 			}
 			admitted = append(admitted, done)
 		}
+		// Work that only fetches waits for the read to end.
+		select {
+		case err := <-waitDone(&g):
+			t.Fatalf("Wait returned (%v) while a foreground read waits for its bytes", err)
+		case <-time.After(100 * time.Millisecond):
+		}
 		third := make(chan func(), 1)
 		go func() {
 			done, _ := g.Acquire(ctx)
@@ -164,18 +175,18 @@ func TestGate(t *testing.T) {
 		release := g.Enter()
 		defer g.FetchWait()()
 		select {
-		case err := <-waitDone(&g):
+		case err := <-waitDecodeDone(&g):
 			t.Fatalf("Wait returned (%v) while a foreground read runs", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 		release()
 		select {
-		case err := <-waitDone(&g):
+		case err := <-waitDecodeDone(&g):
 			if err != nil {
-				t.Fatalf("Wait: got %v, want nil", err)
+				t.Fatalf("WaitDecode: got %v, want nil", err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("Wait still waiting 10 s after the running read ended, beside one waiting for bytes")
+			t.Fatal("WaitDecode still waiting 10 s after the running read ended, beside one waiting for bytes")
 		}
 	})
 }

@@ -298,15 +298,26 @@ func (j *Job) writeSpans(spans Spans, segs []segment) error {
 	}
 	g, ctx := errgroup.WithContext(j.pool.ctx)
 	g.SetLimit(j.opts.Decoders)
+	// Span reads that decode ask the gate before they do (Acquire), so
+	// they may be started while foreground reads only wait for bytes;
+	// reads that only fetch wait for no foreground read at all.
+	wait := j.opts.Gate.Wait
+	if _, decodes := spans.(indexSpans); decodes {
+		wait = j.opts.Gate.WaitDecode
+	}
 	for _, w := range work {
 		size := min(w.to-w.from, j.opts.MemoryBytes)
-		if err := j.opts.Gate.Wait(ctx); err != nil {
+		if err := wait(ctx); err != nil {
 			break
 		}
 		if err := j.sem.Acquire(ctx, size); err != nil {
 			break
 		}
 		g.Go(func() error {
+			if err := wait(ctx); err != nil {
+				j.sem.Release(size)
+				return err
+			}
 			data, whole, err := spans.Read(ctx, w.i, w.from, w.to, j.spanBufs.get())
 			if err != nil {
 				j.sem.Release(size)
