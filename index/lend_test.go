@@ -3,6 +3,8 @@ package index
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -93,5 +95,124 @@ func TestBorrowJoinsDecode(t *testing.T) {
 	}
 	if st := mount.Stats(); st.SpanDecodes != 1 {
 		t.Errorf("got %d spans decoded by the mount's reader, want 1", st.SpanDecodes)
+	}
+}
+
+// TestBesideFetchesEachSpanOnce: a mount's Reader and a whole-archive
+// reader beside it (DecodeSpanBeside) that ask for the same spans at the
+// same moment fetch and decode each span once between them, whichever asks
+// first, and both get the archive's bytes.
+func TestBesideFetchesEachSpanOnce(t *testing.T) {
+	data, obj, ix, id, base := readaheadArchive(t, 12)
+	n := len(ix.Checkpoints)
+	for round := range 20 {
+		mountSrc, wholeSrc := newMemSource(obj), newMemSource(obj)
+		// Every fetch is held until both readers have asked for every
+		// span: a claim made first is still in flight when the other
+		// reader asks.
+		mountSrc.Gate, wholeSrc.Gate = make(chan struct{}), make(chan struct{})
+		mount := NewReader(ix, mountSrc, ReaderOptions{Readahead: -1})
+		whole := NewReader(ix, wholeSrc, ReaderOptions{Readahead: -1})
+		mount.Borrow(whole)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*n)
+		asked := make(chan struct{}, 2*n)
+		for i := range n {
+			wg.Go(func() {
+				asked <- struct{}{}
+				d, err := whole.DecodeSpanBeside(ctx, i, nil, mount)
+				start, end := ix.SpanBounds(i)
+				if err == nil && len(d) != int(end-start) {
+					err = fmt.Errorf("span %d: got %d bytes, want %d", i, len(d), end-start)
+				}
+				errs <- err
+			})
+			wg.Go(func() {
+				asked <- struct{}{}
+				start, end := ix.SpanBounds(i)
+				from, to := max(int64(start)-base, 0), min(int64(end)-base, int64(len(data)))
+				if from >= to {
+					errs <- nil
+					return
+				}
+				p := make([]byte, to-from)
+				_, err := mount.ReadAt(ctx, id, p, from)
+				if err == nil && !bytes.Equal(p, data[from:to]) {
+					err = fmt.Errorf("span %d: the mount read other bytes than the archive's", i)
+				}
+				errs <- err
+			})
+		}
+		// Let every claim be made (the asks, then a moment for the
+		// claims after them), then every fetch go.
+		for range 2 * n {
+			<-asked
+		}
+		time.Sleep(20 * time.Millisecond)
+		close(mountSrc.Gate)
+		close(wholeSrc.Gate)
+		wg.Wait()
+		cancel()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		fetched := map[int64]int{}
+		for _, r := range append(mountSrc.TakeRanges(), wholeSrc.TakeRanges()...) {
+			fetched[r[0]]++
+		}
+		for i := range n {
+			if k := fetched[int64(ix.Checkpoints[i].In)]; k > 1 {
+				t.Errorf("round %d: span %d fetched %d times, want once", round, i, k)
+			}
+		}
+		mount.Close()
+		whole.Close()
+	}
+}
+
+// TestReadaheadSkipsWholeDecoded: a mount's Reader reads ahead no span
+// that the whole-archive reader it borrows from has already decoded (the
+// materialization has its files on their way to disk), and still reads
+// ahead the others.
+func TestReadaheadSkipsWholeDecoded(t *testing.T) {
+	_, obj, ix, id, _ := readaheadArchive(t, 8)
+	const done = 2 // decoded by the whole-archive reader before the read
+	whole := NewReader(ix, newMemSource(obj), ReaderOptions{Readahead: -1})
+	defer whole.Close()
+	ctx := context.Background()
+	if _, err := whole.DecodeSpanInto(ctx, done, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := newMemSource(obj)
+	mount := NewReader(ix, src, ReaderOptions{Readahead: 4})
+	mount.slots = make(chan struct{}, 32)
+	defer mount.Close()
+	mount.Borrow(whole)
+	// A read of the file from its start reads ahead over spans 1-4.
+	if _, err := mount.ReadAt(ctx, id, make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	mount.mu.Lock()
+	var calls []*spanCall
+	for _, c := range mount.spans {
+		calls = append(calls, c)
+	}
+	mount.mu.Unlock()
+	for _, c := range calls {
+		<-c.done
+	}
+	fetched := map[int64]bool{}
+	for _, r := range src.TakeRanges() {
+		fetched[r[0]] = true
+	}
+	if fetched[int64(ix.Checkpoints[done].In)] {
+		t.Errorf("span %d, decoded by the whole-archive reader, was fetched again by readahead", done)
+	}
+	if !fetched[int64(ix.Checkpoints[done+1].In)] {
+		t.Errorf("span %d was not read ahead, want it read ahead past span %d", done+1, done)
 	}
 }

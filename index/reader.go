@@ -103,7 +103,9 @@ type Reader struct {
 	hits, misses, decodes atomic.Int64           // see ReaderStats
 	borrows               atomic.Int64           // see ReaderStats
 	peer                  atomic.Pointer[Reader] // Borrow's
-	reuses                atomic.Int64           // decodes into the buffer of an evicted span
+	wholeOnce             sync.Once
+	whole                 []atomic.Bool // spans DecodeSpanBeside or DecodeSpanInto decoded; made by wholeOnce
+	reuses                atomic.Int64  // decodes into the buffer of an evicted span
 
 	mu sync.Mutex
 	// guarded by mu
@@ -451,8 +453,14 @@ func (r *Reader) readahead(i int, file fileData) {
 	if r.closed {
 		return
 	}
+	peer := r.peer.Load()
 	for j := i + 1; j <= min(i+window, limit); j++ {
 		if _, ok := r.spans[j]; ok {
+			continue
+		}
+		if peer != nil && peer.decodedWhole(j) {
+			// The materialization beside has decoded it: its files are
+			// on their way to disk, where reads will find them.
 			continue
 		}
 		// The last free slot is left to the reads being waited for
@@ -591,6 +599,9 @@ func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 	c := &spanCall{done: make(chan struct{}), fetched: make(chan struct{})}
 	i := g.key
 	r.spans[i] = c
+	// What the peer has of the span is copied, not decoded again; the
+	// choice is made here, under r.mu (lend.go).
+	peer, borrow := r.peerHoldLocked(i)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -606,14 +617,25 @@ func (r *Reader) startLocked(g region, haveSlot bool) *spanCall {
 			}
 		}
 		var reserved int64
-		if err == nil {
+		switch {
+		case err != nil:
+			if borrow {
+				peer.drop()
+			}
+		default:
 			var buf []byte
 			buf, reserved = r.reserve(g.end - g.start)
-			if !r.def.compressed() {
+			copied := false
+			if borrow {
+				if data, copied = peer.copy(r.ctx, buf); copied {
+					r.borrows.Add(1)
+				}
+			}
+			switch {
+			case copied:
+			case !r.def.compressed():
 				data, err = r.fetchPiece(r.ctx, g)
-			} else if d, ok := r.borrowed(i, buf); ok {
-				data = d
-			} else {
+			default:
 				data, err = r.decodeSpan(r.ctx, i, false, buf, fetched)
 			}
 			<-r.slots

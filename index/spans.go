@@ -93,24 +93,10 @@ func (r *Reader) CachedSpan(ctx context.Context, i int, buf []byte) ([]byte, boo
 		return nil, false
 	}
 	r.mu.Lock()
-	c, ok := r.spans[i]
-	if !ok {
-		l, ok := r.lent[i]
-		if ok {
-			l.copying.Add(1)
-			l.joined++
-		}
-		r.mu.Unlock()
-		if !ok {
-			return nil, false
-		}
-		return copyLent(ctx, l, buf)
-	}
-	c.refs++
+	h, ok := r.holdLocked(i)
 	r.mu.Unlock()
-	if c, err := r.waitSpan(ctx, c); err == nil {
-		defer r.release(c)
-		return append(buf[:0], c.data...), true
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	return h.copy(ctx, buf)
 }

@@ -30,7 +30,8 @@ func IndexSpans(r *index.Reader, src index.Source, peers Peers) Spans {
 // that both need is fetched and decoded once. The zero value has none.
 type Peers struct {
 	// Spans is the mount's reader: a span in its cache, or being
-	// decoded for a read, is copied from there (index.Reader.CachedSpan).
+	// decoded for a read, is copied from there
+	// (index.Reader.DecodeSpanBeside).
 	Spans *index.Reader
 	// Cached copies len(p) bytes of a plain tar at off into p if the
 	// mount's block cache holds them all, and reports whether it did
@@ -53,14 +54,7 @@ func (s indexSpans) Bounds(i int) (int64, int64) {
 func (s indexSpans) Stored(i int) int64 { return s.r.SpanStoredBytes(i) }
 
 func (s indexSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) ([]byte, []byte, error) {
-	data, ok := []byte(nil), false
-	if s.peer != nil {
-		data, ok = s.peer.CachedSpan(ctx, i, buf)
-	}
-	var err error
-	if !ok {
-		data, err = s.r.DecodeSpanInto(ctx, i, buf)
-	}
+	data, err := s.r.DecodeSpanBeside(ctx, i, buf, s.peer)
 	if err != nil {
 		return nil, nil, err
 	}
