@@ -225,17 +225,13 @@ func (b *builder) add(h *tarscan.Header) error {
 		b.skip("name contains ..", h.Name)
 		return nil
 	}
-	// The times tar -x warns of as it sets them.
-	for _, t := range []tarscan.Time{h.MTime, h.ATime} {
-		switch {
-		case t.Sec < 0:
-			b.note(noteDated, "implausibly old time stamp", h.Name)
-		case t.Sec > b.now:
-			b.note(noteDated, "time stamp in the future", h.Name)
-		default:
-			continue
-		}
-		break
+	// The time tar -x warns of as it sets it: GNU tar checks the mtime
+	// alone (the atime only when it extracts an incremental dump).
+	switch {
+	case h.MTime.Sec < 0:
+		b.note(noteDated, "implausibly old time stamp", h.Name)
+	case h.MTime.Sec > b.now:
+		b.note(noteDated, "time stamp in the future", h.Name)
 	}
 	if _, prefix := gnuSuffix(h.Name); prefix != "" {
 		b.note(noteRenamed, "removing leading `"+prefix+"' from member names", h.Name)
