@@ -81,8 +81,8 @@ func (b *builder) note(msg, reason, name string) {
 	n.Count++
 }
 
-// report puts the notes in the index, and logs them.
-func (b *builder) report() {
+// report puts the notes in the index, and logs them if say.
+func (b *builder) report(say bool) {
 	b.ix.Notes = b.ix.Notes[:0]
 	for _, n := range b.notes {
 		b.ix.Notes = append(b.ix.Notes, *n)
@@ -90,7 +90,9 @@ func (b *builder) report() {
 	slices.SortFunc(b.ix.Notes, func(x, y Note) int {
 		return cmp.Or(strings.Compare(x.Message, y.Message), strings.Compare(x.Reason, y.Reason))
 	})
-	b.ix.LogNotes(b.log)
+	if say {
+		b.ix.LogNotes(b.log)
+	}
 }
 
 // CleanName returns the path relative to the root where the index puts a
