@@ -223,8 +223,10 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 		}
 		return stage(h, data)
 	}
-	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, Live: live, OnMember: onMember, OnProgress: progress,
-		Resume: resume, Partial: partial}
+	// With an index, open said its notes: a pass that reads the archive
+	// again (to decode it, or to extract it in one stream) does not.
+	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, QuietNotes: a.ix != nil, Live: live, OnMember: onMember,
+		OnProgress: progress, Resume: resume, Partial: partial}
 	if decoded != nil {
 		bopts.Local = decoded
 	}

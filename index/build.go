@@ -26,7 +26,11 @@ type BuildOptions struct {
 	// when zero).
 	Span   int64
 	Logger *slog.Logger
-	Limits tarscan.Limits
+	// QuietNotes leaves the index's notes (Index.Notes) unlogged: the
+	// caller said them already, from the index it has, and this pass
+	// reads the archive again.
+	QuietNotes bool
+	Limits     tarscan.Limits
 	// OnProgress, if set, is called now and then with the number of
 	// compressed bytes consumed.
 	OnProgress func(consumed int64)
@@ -246,7 +250,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		return nil, err
 	}
 	ix.setMemberDigests(sums)
-	b.report()
+	b.report(!opts.QuietNotes)
 	if opts.Live != nil {
 		opts.Live.finished(b.newID, nil)
 	}

@@ -417,7 +417,7 @@ func goldenIndex() *Index {
 	b.add(headerFor("d/h", '1', 0o644, mtime, nil))
 	b.add(headerFor("../escape", '0', 0o644, mtime, nil))
 	b.finish()
-	b.report()
+	b.report(true)
 	ix.memberDigests = make([]uint64, ix.Len())
 	if id, ok := ix.LookupPath("d/f"); ok {
 		ix.memberDigests[id] = 0x0102030405060708

@@ -81,8 +81,8 @@ func (b *builder) note(msg, reason, name string) {
 	n.Count++
 }
 
-// report puts the notes in the index, and logs them.
-func (b *builder) report() {
+// report puts the notes in the index, and logs them if say.
+func (b *builder) report(say bool) {
 	b.ix.Notes = b.ix.Notes[:0]
 	for _, n := range b.notes {
 		b.ix.Notes = append(b.ix.Notes, *n)
@@ -90,7 +90,9 @@ func (b *builder) report() {
 	slices.SortFunc(b.ix.Notes, func(x, y Note) int {
 		return cmp.Or(strings.Compare(x.Message, y.Message), strings.Compare(x.Reason, y.Reason))
 	})
-	b.ix.LogNotes(b.log)
+	if say {
+		b.ix.LogNotes(b.log)
+	}
 }
 
 // CleanName returns the path relative to the root where the index puts a
@@ -225,17 +227,13 @@ func (b *builder) add(h *tarscan.Header) error {
 		b.skip("name contains ..", h.Name)
 		return nil
 	}
-	// The times tar -x warns of as it sets them.
-	for _, t := range []tarscan.Time{h.MTime, h.ATime} {
-		switch {
-		case t.Sec < 0:
-			b.note(noteDated, "implausibly old time stamp", h.Name)
-		case t.Sec > b.now:
-			b.note(noteDated, "time stamp in the future", h.Name)
-		default:
-			continue
-		}
-		break
+	// The time tar -x warns of as it sets it: GNU tar checks the mtime
+	// alone (the atime only when it extracts an incremental dump).
+	switch {
+	case h.MTime.Sec < 0:
+		b.note(noteDated, "implausibly old time stamp", h.Name)
+	case h.MTime.Sec > b.now:
+		b.note(noteDated, "time stamp in the future", h.Name)
 	}
 	if _, prefix := gnuSuffix(h.Name); prefix != "" {
 		b.note(noteRenamed, "removing leading `"+prefix+"' from member names", h.Name)

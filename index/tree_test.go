@@ -58,7 +58,7 @@ func TestNotes(t *testing.T) {
 	if err := b.finish(); err != nil {
 		t.Fatal(err)
 	}
-	b.report()
+	b.report(true)
 	ix := b.ix
 	ok, _ := ix.LookupPath("ok.txt")
 	abs, _ := ix.LookupPath("abs.txt")

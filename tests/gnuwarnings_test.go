@@ -38,7 +38,8 @@ func TestGNUWarnings(t *testing.T) {
 			link("l2", "x/../../ok"), link("l3", "../ok")}},
 		{"dotdot names", []tarbuild.Member{file("ok"), file("../up"), file("a/../b"), file("c/..")}},
 		{"time stamps", []tarbuild.Member{{Name: "future", Body: "f", Mtime: 15023750400}, {Name: "old", Body: "o", Mtime: -1 << 31},
-			{Name: "also-future", Body: "f", Mtime: 13569465600}, file("now")}},
+			{Name: "also-future", Body: "f", Mtime: 13569465600}, file("now"),
+			file("atime-only", "atime=15023750400"), file("atime-old", "atime=-5")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -48,7 +49,7 @@ func TestGNUWarnings(t *testing.T) {
 				t.Fatal(err)
 			}
 			gnuOut, _ := runIn(filepath.Join(work, "gnu"), "tar", "-xf", plain)
-			want := gnuWarnings(gnuOut)
+			want, _ := gnuWarnings(gnuOut)
 			if len(want) == 0 {
 				t.Fatalf("GNU tar warns of nothing:\n%s", gnuOut)
 			}
@@ -77,14 +78,16 @@ var (
 	gnuOld     = regexp.MustCompile("^tar: .*: implausibly old time stamp .*$")
 )
 
-// gnuWarnings returns GNU tar's warnings in tarmount's words: a "Removing
-// leading" line for a name with ".." goes with its "Member name contains
-// '..'" line, which tarmount says as one skipped member.
-func gnuWarnings(out string) []string {
-	var ws []string
-	dotdot := 0
+// gnuWarnings returns GNU tar's warnings in tarmount's words, and the
+// lines of out it does not know: a "Removing leading" line for a name
+// with ".." goes with its "Member name contains '..'" line, which
+// tarmount says as one skipped member; tarmount says each kind of time
+// stamp once, with the number of members GNU tar names.
+func gnuWarnings(out string) (ws, unknown []string) {
+	dotdot, future, old := 0, 0, 0
 	for l := range strings.SplitSeq(out, "\n") {
 		switch {
+		case l == "":
 		case gnuKeyword.MatchString(l):
 			ws = append(ws, "ignoring unknown extended header keyword `"+gnuKeyword.FindStringSubmatch(l)[1]+"'")
 		case gnuPrefix.MatchString(l):
@@ -96,16 +99,23 @@ func gnuWarnings(out string) []string {
 		case gnuDotDot.MatchString(l):
 			dotdot++
 		case gnuFuture.MatchString(l):
-			ws = append(ws, `reason="time stamp in the future"`)
+			future++
 		case gnuOld.MatchString(l):
-			ws = append(ws, `reason="implausibly old time stamp"`)
+			old++
+		default:
+			unknown = append(unknown, l)
 		}
 	}
-	if dotdot > 0 {
-		ws = append(ws, `reason="name contains .." count=`+strconv.Itoa(dotdot))
+	for _, c := range []struct {
+		reason string
+		n      int
+	}{{"name contains ..", dotdot}, {"time stamp in the future", future}, {"implausibly old time stamp", old}} {
+		if c.n > 0 {
+			ws = append(ws, `reason="`+c.reason+`" count=`+strconv.Itoa(c.n)+" ")
+		}
 	}
 	slices.Sort(ws)
-	return slices.Compact(ws)
+	return slices.Compact(ws), unknown
 }
 
 // checkWarnings checks that stderr has a line for each of want, and no

@@ -433,6 +433,10 @@ func craftedCases() []craftedCase {
 		{"mtime=x1", func(h *Header) {}},
 		{"atime=-5x", func(h *Header) { h.ATime, h.HasATime = Time{Sec: -5}, true }},
 		{"ctime=1.x", func(h *Header) { h.CTime, h.HasCTime = Time{Sec: 1}, true }},
+		// Past the int64 range: the nearest in it, as bsdtar takes it.
+		{"mtime=99999999999999999999", func(h *Header) { h.MTime = Time{Sec: math.MaxInt64} }},
+		{"mtime=-9223372036854775808.5", func(h *Header) { h.MTime = Time{Sec: -math.MaxInt64} }},
+		{"atime=1234567890123456789012x", func(h *Header) { h.ATime, h.HasATime = Time{Sec: math.MaxInt64}, true }},
 	} {
 		a := &arch{}
 		a.pax('x', bad.rec)

@@ -3,6 +3,7 @@ package tarscan
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -455,6 +456,15 @@ func timeField(v []byte) (Time, bool) {
 			}
 		}
 		x, err = parsePAXTime(v[:n])
+	}
+	if errors.Is(err, errOverflow) {
+		// Seconds past the int64 range: bsdtar takes the nearest it
+		// can hold, and the filesystem its own nearest as it sets it
+		// (GNU tar refuses the archive).
+		x, err = Time{Sec: math.MaxInt64}, nil
+		if v[0] == '-' {
+			x.Sec = -math.MaxInt64
+		}
 	}
 	return x, err == nil
 }

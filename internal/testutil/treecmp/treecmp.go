@@ -42,6 +42,8 @@ type Options struct {
 	// (nanoseconds). Use time.Second for formats that store whole seconds
 	// (ustar, GNU), whether the writer truncated or rounded.
 	MTimeResolution time.Duration
+	// SkipMTime skips every mtime.
+	SkipMTime bool
 	// SkipDirMTime skips the mtime of directories.
 	SkipDirMTime bool
 	// SkipSymlinkMTime skips the mtime of symbolic links.
@@ -187,6 +189,9 @@ func Diff(want, got string, opts Options) ([]string, error) {
 }
 
 func checkMTime(typ string, opts Options) bool {
+	if opts.SkipMTime {
+		return false
+	}
 	switch typ {
 	case "dir":
 		return !opts.SkipDirMTime
