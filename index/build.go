@@ -170,6 +170,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	if p != nil {
 		sums = append(sums, p.sums...)
 	}
+	resyncs := 0 // of sc's, noted
 	for n := 0; ; n++ {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -180,6 +181,10 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			}
 		}
 		h, err := sc.Next()
+		for ; resyncs < sc.Resyncs(); resyncs++ {
+			// As GNU tar says it, once per run of damaged blocks.
+			b.skip("skipping to next header", "")
+		}
 		if err == io.EOF {
 			break
 		}

@@ -27,7 +27,8 @@ const outOfRange = "pax mtime out of range"
 // atime or a pax time that does not parse, a pax time out of range, a
 // NUL in a pax path, a sparse map of 10,000,001 entries, headers in a
 // row, duplicate members, leading prefixes and ".." in names, base-256
-// times) and each that both refuse (damaged archives), in every codec,
+// times, a header with a bad checksum) and each that both refuse
+// (damaged archives), in every codec,
 // extracted, inspected and mounted as checkGoTestdata checks Go's
 // testdata: the tree and the warnings of GNU tar (or bsdtar's tree where
 // GNU tar alone fails), or a failure of one line that leaves nothing
@@ -66,6 +67,11 @@ func TestGNUCrafted(t *testing.T) {
 			b.WriteString(tarbuild.PAXRecord(r))
 		}
 		return b.String()
+	}
+	// badSum is m with a header whose checksum does not match it.
+	badSum := func(m tarbuild.Member) tarbuild.Member {
+		m.BadSum = true
+		return m
 	}
 	base256 := func(mtime int64) func([]byte) {
 		return func(b []byte) { tarbuild.PutBase256(b[136:148], mtime) }
@@ -122,6 +128,9 @@ func TestGNUCrafted(t *testing.T) {
 			{Name: "h", Type: tarbuild.TypeLink, Link: "a"}, file("a", "three\n")}},
 		{"file over a non-empty directory", "fail", []tarbuild.Member{file("e/f", "f\n"), file("e", "e\n"), file("ok", "ok\n")}},
 		// Damage.
+		{"a header with a bad checksum", "extract", []tarbuild.Member{file("ok", "ok\n"), badSum(file("lost", "l\n")),
+			file("after", "a\n"), badSum(file("lost2", "l\n")), {Raw: bytes.Repeat([]byte("g"), 3*tarbuild.BlockSize)},
+			file("last", "z\n")}},
 		{"member data cut short", "fail", []tarbuild.Member{file("ok", "ok\n"),
 			{Raw: tarbuild.Header(tarbuild.Member{Name: "cut"}, 1<<20)}, {Raw: bytes.Repeat([]byte("c"), 4096)}}},
 		{"pax record longer than its header", "fail", []tarbuild.Member{file("ok", "ok\n"), ext('x', "50 path=abc\n"), file("p", "p\n")}},

@@ -291,7 +291,12 @@ func checkGoTestdata(t *testing.T, plain, obj string, ref tarRef) {
 		checkNothingHalfWritten(t, plain, dest)
 		damaged = !strings.Contains(r.stderr, "archive members not extracted")
 	} else {
-		if err != nil {
+		// Where GNU tar extracts with a failure status (it skipped a
+		// damaged header) and bsdtar without one, tarmount may fail as
+		// GNU tar does, for the members it left out, once it has
+		// written bsdtar's tree.
+		leftOut := ref.by == "bsdtar" && strings.Contains(r.stderr, "archive members not extracted")
+		if err != nil && !leftOut {
 			t.Fatalf("tarmount extract failed where %s succeeds: %v\n%s", ref.by, err, r.stderr)
 		}
 		treecmp.Compare(t, ref.dir, dest, opts)

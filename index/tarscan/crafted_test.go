@@ -3,10 +3,12 @@ package tarscan
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -691,7 +693,8 @@ func craftedCases() []craftedCase {
 		bad := hb{Name: "g", Typeflag: '0', Layout: tarbuild.USTAR}.Bytes()
 		bad[0] ^= 1
 		d.Write(bad)
-		add(craftedCase{name: "bad checksum later", data: d.end(), want: want, err: "ErrCorrupt", errHas: "bad checksum"})
+		// Skipped to the next header, here the end (TestResync).
+		add(craftedCase{name: "bad checksum later", data: d.end(), want: want})
 		e := hb{Name: "g", Typeflag: '0', Layout: tarbuild.USTAR}.Bytes()
 		e[0] ^= 1
 		add(craftedCase{name: "bad checksum first", data: append(e, make([]byte, 1024)...), err: "ErrNotTar", errHas: "bad checksum"})
@@ -886,4 +889,81 @@ func TestBase64Values(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestResync: a header with a bad checksum after the archive's first is
+// skipped, with whatever follows it, up to the next header or the end of
+// the archive, as GNU tar and bsdtar do; each run of damaged blocks counts
+// once in Resyncs, and the members after it start at their own headers.
+// A bad first header is not a tar archive, and one after an extended
+// header stays an error.
+func TestResync(t *testing.T) {
+	bad := func(a *arch, name string) *arch {
+		h := hb{Name: name, Mode: 0o644, Size: 2}
+		b := h.Bytes()
+		b[0] ^= 0x20 // the checksum no longer matches
+		a.Write(b)
+		return a.data([]byte("x\n"))
+	}
+	scan := func(data []byte) ([]string, []int64, int, error) {
+		s := NewScanner(bytes.NewReader(data), Limits{})
+		var names []string
+		var offs []int64
+		for {
+			h, err := s.Next()
+			if err == io.EOF {
+				return names, offs, s.Resyncs(), nil
+			}
+			if err != nil {
+				return names, offs, s.Resyncs(), err
+			}
+			names, offs = append(names, h.Name), append(offs, h.HeaderOffset)
+		}
+	}
+	t.Run("between members", func(t *testing.T) {
+		a := &arch{}
+		a.file(hb{Name: "a"}, []byte("a\n"))
+		bad(a, "b")
+		a.data(bytes.Repeat([]byte("g"), 3*blockSize)) // garbage
+		a.file(hb{Name: "c"}, []byte("c\n"))
+		bad(a, "d")
+		a.file(hb{Name: "e"}, []byte("e\n"))
+		names, offs, resyncs, err := scan(a.end())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"a", "c", "e"}; !slices.Equal(names, want) || resyncs != 2 {
+			t.Fatalf("got %q and %d resyncs, want %q and 2", names, resyncs, want)
+		}
+		if want := []int64{0, 7 * blockSize, 11 * blockSize}; !slices.Equal(offs, want) {
+			t.Fatalf("header offsets: got %v, want %v", offs, want)
+		}
+	})
+	t.Run("to the end", func(t *testing.T) {
+		a := &arch{}
+		a.file(hb{Name: "a"}, []byte("a\n"))
+		bad(a, "b")
+		names, _, resyncs, err := scan(a.Bytes()) // no end marker
+		if err != nil || !slices.Equal(names, []string{"a"}) || resyncs != 1 {
+			t.Fatalf("got %q, %d resyncs, %v; want [a], 1, nil", names, resyncs, err)
+		}
+	})
+	t.Run("first header", func(t *testing.T) {
+		a := &arch{}
+		bad(a, "a")
+		a.file(hb{Name: "b"}, []byte("b\n"))
+		if _, _, _, err := scan(a.end()); !errors.Is(err, ErrNotTar) {
+			t.Fatalf("got %v, want ErrNotTar", err)
+		}
+	})
+	t.Run("after an extended header", func(t *testing.T) {
+		a := &arch{}
+		a.file(hb{Name: "a"}, []byte("a\n"))
+		a.pax('x', "path=long")
+		bad(a, "b")
+		a.file(hb{Name: "c"}, []byte("c\n"))
+		if _, _, _, err := scan(a.end()); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("got %v, want ErrCorrupt", err)
+		}
+	})
 }

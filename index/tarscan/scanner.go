@@ -213,6 +213,7 @@ type Scanner struct {
 	blk     [blockSize]byte
 	drop    []byte // scratch for skipping data when r cannot Discard
 	headers int64  // valid header blocks seen; 0 means the next is the first
+	resyncs int    // runs of damaged blocks skipped to the next header (readHeader)
 	err     error  // sticky: returned by every call after the first error
 
 	// The member last returned by Next.
@@ -384,11 +385,17 @@ func (s *Scanner) next() (*Header, error) {
 	s.paxBuf = s.paxBuf[:0]
 	s.paxRecs = s.paxRecs[:0]
 	for {
-		hdrOff := s.off
-		if err := s.readHeader(hdrOff); err != nil {
+		at := s.off
+		hdrOff, err := s.readHeader(at)
+		if err != nil {
 			return nil, err
 		}
-		var err error
+		if hdrOff != at {
+			// Damaged blocks were skipped (readHeader): the member
+			// starts at its header, with the global records so far.
+			start = hdrOff
+			s.curStart, s.startGBuf, s.startGRecs = start, s.gBuf, s.gRecs
+		}
 		switch tf := s.blk[156]; tf {
 		case 'x', 'X':
 			err = s.readPAX(hdrOff)
@@ -418,42 +425,60 @@ func (s *Scanner) dataErr(off int64, err error) error {
 	return fmt.Errorf("tarscan: read member at %d: %w", off, err)
 }
 
-// readHeader reads the header block at off into s.blk and checks it. It
-// returns io.EOF at the end of the archive.
-func (s *Scanner) readHeader(off int64) error {
-	n, err := s.readFull(s.blk[:])
-	switch {
-	case err == io.EOF:
-		// GNU tar ends there too: the extended headers describe no
-		// member.
-		return io.EOF
-	case err == io.ErrUnexpectedEOF:
-		if s.headers == 0 && !plausiblePrefix(s.blk[:n]) {
-			return fmt.Errorf("%w: %d bytes", ErrNotTar, n)
+// readHeader reads the header block at off into s.blk, checks it, and
+// returns its offset. It returns io.EOF at the end of the archive.
+//
+// A block with a bad checksum where a member's first header belongs, after
+// the archive's first header, is skipped, with the blocks after it, up to
+// the next that is a header (or the end of the archive): GNU tar does so
+// ("Skipping to next header", and a failure status at the end), and so
+// does bsdtar ("Damaged tar archive"). Resyncs counts such runs.
+func (s *Scanner) readHeader(off int64) (int64, error) {
+	skipping := false
+	for ; ; off += blockSize {
+		n, err := s.readFull(s.blk[:])
+		switch {
+		case err == io.EOF:
+			// GNU tar ends there too: the extended headers describe no
+			// member.
+			return off, io.EOF
+		case err == io.ErrUnexpectedEOF:
+			if s.headers == 0 && !plausiblePrefix(s.blk[:n]) {
+				return off, fmt.Errorf("%w: %d bytes", ErrNotTar, n)
+			}
+			if !s.pend.active() && isZero(s.blk[:n]) {
+				return off, io.EOF // a cut end-of-archive marker
+			}
+			return off, fmt.Errorf("%w: header at %d: stream ends after %d of %d bytes",
+				ErrTruncated, off, n, blockSize)
+		case err != nil:
+			return off, fmt.Errorf("tarscan: read header at %d: %w", off, err)
 		}
-		if !s.pend.active() && isZero(s.blk[:n]) {
-			return io.EOF // a cut end-of-archive marker
+		if isZero(s.blk[:]) {
+			if s.pend.active() {
+				return off, fmt.Errorf("%w: header at %d: zero block after an extended header", ErrCorrupt, off)
+			}
+			return off, s.readEndMarker(off)
 		}
-		return fmt.Errorf("%w: header at %d: stream ends after %d of %d bytes",
-			ErrTruncated, off, n, blockSize)
-	case err != nil:
-		return fmt.Errorf("tarscan: read header at %d: %w", off, err)
+		if checksumOK(&s.blk) {
+			s.headers++
+			return off, nil
+		}
+		switch {
+		case s.headers == 0:
+			return off, fmt.Errorf("%w: header at %d: bad checksum", ErrNotTar, off)
+		case s.pend.active():
+			return off, fmt.Errorf("%w: header at %d: bad checksum", ErrCorrupt, off)
+		case !skipping:
+			skipping = true
+			s.resyncs++
+		}
 	}
-	if isZero(s.blk[:]) {
-		if s.pend.active() {
-			return fmt.Errorf("%w: header at %d: zero block after an extended header", ErrCorrupt, off)
-		}
-		return s.readEndMarker(off)
-	}
-	if !checksumOK(&s.blk) {
-		if s.headers == 0 {
-			return fmt.Errorf("%w: header at %d: bad checksum", ErrNotTar, off)
-		}
-		return fmt.Errorf("%w: header at %d: bad checksum", ErrCorrupt, off)
-	}
-	s.headers++
-	return nil
 }
+
+// Resyncs returns how many times the scan has skipped damaged blocks to
+// the next header (readHeader) so far.
+func (s *Scanner) Resyncs() int { return s.resyncs }
 
 // readEndMarker reads the block after a zero block at off.
 func (s *Scanner) readEndMarker(off int64) error {
