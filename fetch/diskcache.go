@@ -339,8 +339,10 @@ func (d *DiskCache) put(key string, off int64, data []byte) error {
 
 	objDir := filepath.Join(d.dir, key)
 	f, err := os.CreateTemp(objDir, diskTempPrefix+"*")
-	if errors.Is(err, fs.ErrNotExist) {
-		// New object, or a scan just removed its empty directory.
+	for try := 0; errors.Is(err, fs.ErrNotExist) && try < 3; try++ {
+		// New object, or a scan just removed its empty directory: the
+		// scan of another process may remove it again between the
+		// two calls.
 		if err = os.MkdirAll(objDir, 0o700); err == nil {
 			f, err = os.CreateTemp(objDir, diskTempPrefix+"*")
 		}
