@@ -48,7 +48,7 @@ func parseCLI(args ...string) (*app, *cobra.Command, []string, error) {
 		return nil, nil, nil, err
 	}
 	if c.Name() == "tarmount" || c.Name() == "mount" {
-		if err := a.c.applyMountOptions(c.Flags()); err != nil {
+		if _, err := a.c.applyMountOptions(c.Flags(), flagElsewhere(c.Root())); err != nil {
 			return nil, nil, nil, err
 		}
 	}
@@ -357,6 +357,9 @@ func TestMountOptions(t *testing.T) {
 		{"no_sign_request,foreground", func(c *config) bool { return c.ao.NoSignRequest && c.foreground }, ""},
 		{"header=Authorization: Bearer x", func(c *config) bool { return c.ao.Header.Get("Authorization") == "Bearer x" }, ""},
 		{"no_such_option", nil, `unknown mount option "no_such_option"`},
+		// Flags of other commands, which the command line before cobra
+		// took here and ignored: still taken, and ignored.
+		{"quiet,json,publish,level=9,l,C=/x,materialize=/m", func(c *config) bool { return c.mat.dir == "/m" }, ""},
 		{"materialize", nil, "needs a value"},
 		{"fetch_workers=many", nil, "mount option fetch_workers=many"},
 		{"o=x", nil, "unknown mount option"},

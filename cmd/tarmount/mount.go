@@ -59,8 +59,12 @@ func (a *app) runMount(cmd *cobra.Command, args []string) error {
 		return cmd.Help()
 	}
 	c := &a.c
-	if err := c.applyMountOptions(cmd.Flags()); err != nil {
+	ignored, err := c.applyMountOptions(cmd.Flags(), flagElsewhere(cmd.Root()))
+	if err != nil {
 		return &usageError{cmd: cmd, err: err}
+	}
+	for _, o := range ignored {
+		a.log.Warn("mount option ignored: a flag of another command", "option", o)
 	}
 	if launchedByMount() {
 		// mount(8) waits for its helper to exit: serve in the
@@ -74,7 +78,7 @@ func (a *app) runMount(cmd *cobra.Command, args []string) error {
 	}
 	ready := openReadiness()
 	defer ready.close()
-	err := mount(a.ctx, a.stop, args[0], args[1], c, a.log, ready)
+	err = mount(a.ctx, a.stop, args[0], args[1], c, a.log, ready)
 	if err != nil {
 		ready.failed(err)
 	}

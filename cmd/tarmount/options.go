@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -47,8 +48,11 @@ var ignoredMountOptions = map[string]bool{
 
 // applyMountOptions applies the mount options in c.options: FUSE options,
 // options that mount(8) passes along (ignored), and any flag of fs as
-// name or name=value, with '_' or '-' between words.
-func (c *config) applyMountOptions(fs *pflag.FlagSet) error {
+// name or name=value, with '_' or '-' between words. A flag of another
+// command (elsewhere), which the command line before cobra accepted here
+// and ignored, is returned in ignored rather than refused: fstab lines
+// that hold one must not stop mounting.
+func (c *config) applyMountOptions(fs *pflag.FlagSet, elsewhere func(name string) bool) (ignored []string, err error) {
 	for _, o := range strings.Split(c.options, ",") {
 		o = strings.TrimSpace(o)
 		name, value, hasValue := strings.Cut(o, "=")
@@ -60,22 +64,47 @@ func (c *config) applyMountOptions(fs *pflag.FlagSet) error {
 			c.debugFUSE = true
 		case ignoredMountOptions[o], strings.HasPrefix(o, "x-"), strings.HasPrefix(o, "comment="):
 		default:
-			f := fs.Lookup(strings.ReplaceAll(name, "_", "-"))
+			flag := strings.ReplaceAll(name, "_", "-")
+			f := fs.Lookup(flag)
+			if f == nil && elsewhere != nil && elsewhere(flag) {
+				ignored = append(ignored, o)
+				continue
+			}
 			if f == nil || f.Value.Type() == "options" {
-				return fmt.Errorf("unknown mount option %q (known: allow_other, debug, ro, and every flag as name=value, e.g. materialize=/dir)", o)
+				return ignored, fmt.Errorf("unknown mount option %q (known: allow_other, debug, ro, and every flag as name=value, e.g. materialize=/dir)", o)
 			}
 			if !hasValue {
 				if f.Value.Type() != "bool" {
-					return fmt.Errorf("mount option %q needs a value: %s=...", name, name)
+					return ignored, fmt.Errorf("mount option %q needs a value: %s=...", name, name)
 				}
 				value = "true"
 			}
 			if err := fs.Set(f.Name, value); err != nil {
-				return fmt.Errorf("mount option %s: %w", o, err)
+				return ignored, fmt.Errorf("mount option %s: %w", o, err)
 			}
 		}
 	}
-	return nil
+	return ignored, nil
+}
+
+// flagElsewhere returns whether name (or its one-letter form) is a flag
+// of some command under root.
+func flagElsewhere(root *cobra.Command) func(name string) bool {
+	return func(name string) bool {
+		var found bool
+		var walk func(c *cobra.Command)
+		walk = func(c *cobra.Command) {
+			fs := c.Flags()
+			if fs.Lookup(name) != nil || len(name) == 1 && fs.ShorthandLookup(name) != nil {
+				found = true
+			}
+			for _, sub := range c.Commands() {
+				walk(sub)
+			}
+		}
+		walk(root)
+		return found
+	}
 }
 
 // launchedByMount reports whether mount(8) started this process, through
