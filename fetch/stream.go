@@ -12,8 +12,12 @@ import (
 // first-byte latency; read-ahead memory is bounded by Workers+1 blocks
 // (the one being read and Workers ahead).
 //
-// The block the stream starts in, if it is neither cached nor being
-// fetched, is fetched in pieces of growing size, all sent at once
+// A stream that starts inside a block that is neither cached nor being
+// fetched, with no disk cache to look in, fetches only the block's bytes
+// from its start on, with one range request of its own, uncached (firstPiece):
+// a pass resumed at a checkpoint in the middle of a block fetches nothing
+// before it. Otherwise the block the stream starts in, if it is neither
+// cached nor being fetched, is fetched in pieces of growing size, all sent at once
 // (BlocksOptions.FirstPiece, ramp.go), and the stream returns the bytes
 // of each piece once it and the pieces before it have arrived: the first
 // bytes come after about one round trip plus their own bytes instead of
@@ -52,8 +56,55 @@ func (b *Blocks) Stream(ctx context.Context, off int64) io.ReadCloser {
 	}
 	s.pos = min(off, b.size)
 	s.next = s.pos / b.blockSize
+	if s.pos%b.blockSize != 0 && b.absent(s.next) {
+		s.startFirst()
+	}
 	s.fill()
 	return s
+}
+
+// firstPiece is the start of a stream, from its first byte to the end of that
+// byte's block, fetched alone (see Blocks.Stream).
+type firstPiece struct {
+	off  int64
+	data []byte
+	err  error         // set before done is closed
+	done chan struct{} // closed once the fetch has ended
+	stop context.CancelFunc
+}
+
+// startFirst fetches the rest of the block the stream starts in, in a
+// goroutine that close waits for, and moves the block read-ahead past it.
+func (s *stream) startFirst() {
+	b := s.b
+	end := min((s.next+1)*b.blockSize, b.size)
+	ctx, cancel := context.WithCancel(s.ctx)
+	h := &firstPiece{off: s.pos, data: make([]byte, end-s.pos), done: make(chan struct{}), stop: cancel}
+	go func() {
+		defer close(h.done)
+		h.err = b.readFull(ctx, h.data, h.off)
+	}()
+	s.first = h
+	s.next++
+	s.ramp = false
+}
+
+// dropFirst ends the first piece's fetch, if any, and lets its bytes go.
+func (s *stream) dropFirst() {
+	if s.first == nil {
+		return
+	}
+	s.first.stop()
+	<-s.first.done
+	s.first = nil
+}
+
+// absent reports whether block idx is neither cached nor being fetched,
+// and there is no disk cache that might hold it.
+func (b *Blocks) absent(idx int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.disk == nil && !b.closed && idx < b.nblocks && b.blocks[idx] == nil
 }
 
 // stream is the reader that Blocks.Stream returns.
@@ -67,17 +118,23 @@ func (b *Blocks) Stream(ctx context.Context, off int64) io.ReadCloser {
 type stream struct {
 	b     *Blocks
 	ctx   context.Context
-	pos   int64    // next byte to return
-	next  int64    // index of the next block to request
-	ahead []*block // requested blocks, in order
-	err   error    // sticky: a failed fetch, a done ctx, Close
-	ramp  bool     // the next block requested is the first: fetch it in pieces
+	pos   int64       // next byte to return
+	next  int64       // index of the next block to request
+	ahead []*block    // requested blocks, in order
+	err   error       // sticky: a failed fetch, a done ctx, Close
+	ramp  bool        // the next block requested is the first: fetch it in pieces
+	first *firstPiece // the stream's first bytes, fetched alone, while pos is in them; else nil
 }
 
-// fill requests blocks until the read-ahead window is full.
+// fill requests blocks until the read-ahead window is full: Workers+1
+// blocks, the first piece counted as one.
 func (s *stream) fill() {
 	b := s.b
-	if s.err != nil || s.next >= b.nblocks || len(s.ahead) > b.workers {
+	most := b.workers
+	if s.first != nil {
+		most--
+	}
+	if s.err != nil || s.next >= b.nblocks || len(s.ahead) > most {
 		return
 	}
 	b.mu.Lock()
@@ -86,7 +143,7 @@ func (s *stream) fill() {
 		s.fail(fmt.Errorf("stream %s at %d: %w", b.src, s.pos, ErrClosed))
 		return
 	}
-	for s.next < b.nblocks && len(s.ahead) <= b.workers {
+	for s.next < b.nblocks && len(s.ahead) <= most {
 		if s.ramp {
 			s.ramp = false
 			b.rampLocked(s.next)
@@ -110,6 +167,19 @@ func (s *stream) head() ([]byte, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
+	if h := s.first; h != nil {
+		select {
+		case <-h.done:
+		case <-s.ctx.Done():
+			s.fail(s.ctx.Err())
+			return nil, s.err
+		}
+		if h.err != nil {
+			s.fail(h.err)
+			return nil, s.err
+		}
+		return h.data[s.pos-h.off:], nil
+	}
 	blk := s.ahead[0]
 	p, err := s.b.waitFrom(s.ctx, blk, int(s.pos-blk.off))
 	if err != nil {
@@ -119,9 +189,16 @@ func (s *stream) head() ([]byte, error) {
 	return p, nil
 }
 
-// advance moves pos by n bytes within ahead[0], releasing it at its end.
+// advance moves pos by n bytes within the first piece or ahead[0], releasing
+// either at its end.
 func (s *stream) advance(n int) {
 	s.pos += int64(n)
+	if h := s.first; h != nil {
+		if s.pos >= h.off+int64(len(h.data)) {
+			s.dropFirst()
+		}
+		return
+	}
 	if blk := s.ahead[0]; s.pos >= blk.off+int64(blk.n) {
 		s.drop(1)
 		s.fill()
@@ -139,9 +216,10 @@ func (s *stream) drop(k int) {
 	s.ahead = s.ahead[:m]
 }
 
-// fail makes err sticky and releases the read-ahead.
+// fail makes err sticky and releases the first piece and the read-ahead.
 func (s *stream) fail(err error) {
 	s.err = err
+	s.dropFirst()
 	s.drop(len(s.ahead))
 }
 
@@ -207,6 +285,9 @@ func (s *stream) Discard(n int64) (int64, error) {
 	}
 	skipped := min(n, s.b.size-s.pos)
 	s.pos += skipped
+	if h := s.first; h != nil && s.pos >= h.off+int64(len(h.data)) {
+		s.dropFirst()
+	}
 	idx := s.pos / s.b.blockSize
 	k := 0
 	for k < len(s.ahead) && s.ahead[k].idx < idx {
