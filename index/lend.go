@@ -33,14 +33,14 @@ import (
 // or two twice.)
 
 // lendCall is a span that DecodeSpan or DecodeSpanInto is decoding into
-// its caller's memory: CachedSpan copies it once the decode ends, and the
+// its caller's memory: a hold (holdLocked) copies it once the decode ends, and the
 // decode returns the memory to its caller only after every such copy.
 type lendCall struct {
 	done    chan struct{}
 	data    []byte // set before done is closed
 	err     error
-	copying sync.WaitGroup // CachedSpan calls that may read data; added to under Reader.mu while lent
-	joined  int            // CachedSpan calls that came for it; guarded by Reader.mu
+	copying sync.WaitGroup // holds that may read data; added to under Reader.mu while lent
+	joined  int            // holds taken on it; guarded by Reader.mu
 }
 
 // lend records that span i is being decoded outside the cache, unless
@@ -65,13 +65,10 @@ func (r *Reader) lendLocked(i int) *lendCall {
 }
 
 // endLend ends the lending of span i, which decoded to data or failed
-// with err, once every copy of data made by CachedSpan is done.
+// with err, once every copy of data made through a hold is done.
 func (r *Reader) endLend(i int, l *lendCall, data []byte, err error) {
-	if err == nil {
-		r.wholeOnce.Do(func() { r.whole = make([]atomic.Bool, len(r.ix.Checkpoints)) })
-		if i < len(r.whole) {
-			r.whole[i].Store(true)
-		}
+	if marks := r.wholeMarks(); err == nil && i < len(marks) {
+		marks[i].Store(true)
 	}
 	if l == nil {
 		return
@@ -100,7 +97,7 @@ func copyLent(ctx context.Context, l *lendCall, buf []byte) ([]byte, bool) {
 }
 
 // Borrow makes r, before it decodes a span for a read or readahead, copy
-// it from peer when peer holds it or is decoding it (CachedSpan): peer is
+// it from peer when peer holds it or is decoding it (holdLocked): peer is
 // a whole-archive reader of the same index over the same archive. A nil
 // peer ends it. It is safe to call at any time.
 func (r *Reader) Borrow(peer *Reader) { r.peer.Store(peer) }
@@ -108,8 +105,14 @@ func (r *Reader) Borrow(peer *Reader) { r.peer.Store(peer) }
 // decodedWhole reports whether DecodeSpanInto or DecodeSpanBeside has
 // decoded span i of r.
 func (r *Reader) decodedWhole(i int) bool {
+	marks := r.wholeMarks()
+	return i >= 0 && i < len(marks) && marks[i].Load()
+}
+
+// wholeMarks returns r.whole, made on first use.
+func (r *Reader) wholeMarks() []atomic.Bool {
 	r.wholeOnce.Do(func() { r.whole = make([]atomic.Bool, len(r.ix.Checkpoints)) })
-	return i >= 0 && i < len(r.whole) && r.whole[i].Load()
+	return r.whole
 }
 
 // hold is a claim on span i of a Reader: a reference to its cached or

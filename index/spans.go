@@ -81,22 +81,3 @@ func (r *Reader) SpanBounds(i int) (start, end UncompressedOffset) { return r.ix
 // SpanStoredBytes returns the compressed bytes of span i, as
 // Index.SpanStoredBytes.
 func (r *Reader) SpanStoredBytes(i int) int64 { return r.ix.SpanStoredBytes(i) }
-
-// CachedSpan copies span i into buf (or a new slice, when buf is too
-// small) if r's span cache holds it, or once the decode that a read
-// through r, DecodeSpan or DecodeSpanInto started for it ends; it starts
-// no fetch or decode, and reports false when r has nothing of span i (or
-// that decode failed). Two readers of one archive lend each other spans
-// with it (lend.go). It is safe for concurrent use.
-func (r *Reader) CachedSpan(ctx context.Context, i int, buf []byte) ([]byte, bool) {
-	if !r.HasSpans() || i < 0 || i >= len(r.ix.Checkpoints) {
-		return nil, false
-	}
-	r.mu.Lock()
-	h, ok := r.holdLocked(i)
-	r.mu.Unlock()
-	if !ok {
-		return nil, false
-	}
-	return h.copy(ctx, buf)
-}

@@ -49,10 +49,7 @@ func TestCacheLsPruneRm(t *testing.T) {
 		fmt.Fprintf(&b, "%016x\n", rnd.Uint64())
 	}
 	body := b.String()
-	plain := filepath.Join(work, "a.tar")
-	if err := os.WriteFile(plain, tarbuild.Tar(tarbuild.Member{Name: "f", Body: body}), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	plain := writeTar(t, filepath.Join(work, "a.tar"), tarbuild.Member{Name: "f", Body: body})
 	gz, zst := filepath.Join(served, "a.tar.gz"), filepath.Join(served, "s.tar.zst")
 	if err := os.WriteFile(gz, tarbuild.Gzip(tarbuild.Tar(tarbuild.Member{Name: "f", Body: body})), 0o644); err != nil {
 		t.Fatal(err)

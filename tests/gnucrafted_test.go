@@ -142,10 +142,7 @@ func TestGNUCrafted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			work := t.TempDir()
-			plain := filepath.Join(work, "plain.tar")
-			if err := os.WriteFile(plain, tarbuild.Tar(tc.members...), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			plain := writeTar(t, filepath.Join(work, "plain.tar"), tc.members...)
 			ref := goTestdataRef(t, work, plain)
 			// Its times are past what the filesystem under the
 			// expected tree holds, which clamps them as they are set;
@@ -181,4 +178,13 @@ func sparseMany(n int) tarbuild.Member {
 	}
 	return tarbuild.Member{Name: "GNUSparseFile.0/sparse", Body: m.String(),
 		PAX: []string{"GNU.sparse.major=1", "GNU.sparse.minor=0", "GNU.sparse.name=sparse", "GNU.sparse.realsize=5000"}}
+}
+
+// writeTar writes the plain tar of members to path and returns path.
+func writeTar(t *testing.T, path string, members ...tarbuild.Member) string {
+	t.Helper()
+	if err := os.WriteFile(path, tarbuild.Tar(members...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -44,10 +43,7 @@ func TestGNUWarnings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			work := t.TempDir()
-			plain := filepath.Join(work, "a.tar")
-			if err := os.WriteFile(plain, tarbuild.Tar(tc.members...), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			plain := writeTar(t, filepath.Join(work, "a.tar"), tc.members...)
 			gnuOut, _ := runIn(filepath.Join(work, "gnu"), "tar", "-xf", plain)
 			want, _ := gnuWarnings(gnuOut)
 			if len(want) == 0 {
