@@ -13,7 +13,8 @@ import (
 
 // crafted is an archive of TestGNUCrafted, and what GNU tar and bsdtar
 // must make of it for the case to test its class: "" (no matter),
-// "extract" (one of them extracts it) or "fail" (both fail).
+// "extract" (one of them extracts it), "gnu" (GNU tar extracts it),
+// "bsdtar" (bsdtar alone extracts it) or "fail" (both fail).
 type crafted struct {
 	name    string
 	tools   string
@@ -27,12 +28,12 @@ const outOfRange = "pax mtime out of range"
 // atime or a pax time that does not parse, a pax time out of range, a
 // NUL in a pax path, a sparse map of 10,000,001 entries, headers in a
 // row, duplicate members, leading prefixes and ".." in names, base-256
-// times, a header with a bad checksum) and each that both refuse
-// (damaged archives), in every codec,
-// extracted, inspected and mounted as checkGoTestdata checks Go's
-// testdata: the tree and the warnings of GNU tar (or bsdtar's tree where
-// GNU tar alone fails), or a failure of one line that leaves nothing
-// half-written, taken from running both here.
+// times, a header with a bad checksum, pax global headers that replace
+// each other or give a link target) and each that both refuse (damaged
+// archives), in every codec, extracted, inspected and mounted as
+// checkGoTestdata checks Go's testdata: the tree and the warnings of GNU
+// tar (or bsdtar's tree where GNU tar alone fails), or a failure of one
+// line that leaves nothing half-written, taken from running both here.
 func TestGNUCrafted(t *testing.T) {
 	needFUSE(t)
 	needTools(t, goTestdataTools()...)
@@ -120,6 +121,20 @@ func TestGNUCrafted(t *testing.T) {
 		{"pax global records", "", []tarbuild.Member{
 			ext('g', recs("mtime=1000000000", "comment=g")), file("a", "a\n"), ext('g', recs("mtime=1100000000")), file("b", "b\n"),
 			file("c", "c\n", "mtime=1200000000")}},
+		// Each global header replaces the records before it; of a key
+		// given twice, the first counts.
+		{"pax global headers replace each other", "gnu", []tarbuild.Member{
+			ext('g', recs("mtime=1000000000", "mtime=1100000000", "uid=1234")), file("a", "a\n"),
+			ext('g', recs("gid=77")), file("b", "b\n"), ext('g', ""), file("c", "c\n")}},
+		// GNU tar links every link after a global linkpath to it.
+		{"pax global linkpath", "gnu", []tarbuild.Member{
+			file("f1", "one\n"), file("f2", "two\n"), ext('g', recs("linkpath=f1", "mtime=1000000000")),
+			{Name: "s", Type: tarbuild.TypeSymlink, Link: "zz"}, {Name: "h", Type: tarbuild.TypeLink, Link: "f2"},
+			file("f3", "three\n")}},
+		// An empty one: GNU tar makes an empty target and fails.
+		{"pax global linkpath empty", "bsdtar", []tarbuild.Member{
+			file("f1", "one\n"), ext('g', recs("linkpath=")),
+			{Name: "s", Type: tarbuild.TypeSymlink, Link: "f1"}, {Name: "h", Type: tarbuild.TypeLink, Link: "f1"}}},
 		// Members again.
 		{"duplicate members", "extract", []tarbuild.Member{
 			file("a", "one\n"), file("a", "two\n"), {Name: "d", Type: tarbuild.TypeDir}, file("d", "file over an empty dir\n"),
@@ -153,6 +168,8 @@ func TestGNUCrafted(t *testing.T) {
 				t.Fatal("GNU tar and bsdtar both fail: the archive is not of its class")
 			case tc.tools == "fail" && ref.dir != "":
 				t.Fatalf("%s extracts it: the archive is not of its class", ref.by)
+			case tc.tools == "gnu" && ref.by != "GNU tar", tc.tools == "bsdtar" && ref.by != "bsdtar":
+				t.Fatalf("the tree to expect comes from %q: the archive is not of its class", ref.by)
 			}
 			checkEveryCodec(t, work, plain, ref)
 		})

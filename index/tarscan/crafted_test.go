@@ -346,30 +346,35 @@ func craftedCases() []craftedCase {
 		}})
 	}
 	{
+		// Each global header replaces the records in force, as GNU tar
+		// takes them: of a key given twice the first counts, an empty
+		// value sets nothing, a size is dropped, and a header with no
+		// records leaves none. A linkpath is every member's, as in GNU
+		// tar (only links use it).
 		a := &arch{}
-		a.pax('g', "uname=guser", "mtime=42", "path=ignored", "linkpath=ignored", "size=99",
+		a.pax('g', "uname=guser", "mtime=42", "mtime=43", "uid=", "linkpath=glink", "size=99",
 			"SCHILY.xattr.user.g=global", "comment=global")
 		a.pax('x', "uname=own")
-		a.hdr(hb{Name: "one", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
-		a.hdr(hb{Name: "two", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
-		a.pax('g', "uname=", "comment=changed", "SCHILY.xattr.user.h=more")
-		a.hdr(hb{Name: "three", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
-		a.pax('g', "comment=")
+		a.hdr(hb{Name: "one", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr", Uid: 7})
+		a.hdr(hb{Name: "two", Typeflag: '2', Linkname: "own", Layout: tarbuild.USTAR, Uname: "hdr"})
+		a.pax('g', "comment=changed", "SCHILY.xattr.user.h=more")
+		a.hdr(hb{Name: "three", Typeflag: '1', Linkname: "one", Layout: tarbuild.USTAR, Uname: "hdr"})
+		a.pax('g')
 		a.pax('x', "SCHILY.xattr.user.g=mine")
 		a.hdr(hb{Name: "four", Typeflag: '0', Layout: tarbuild.USTAR, Uname: "hdr"})
 		add(craftedCase{name: "pax global", data: a.end(), want: []Header{
 			H("one", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs, h.PAX = "own", Time{Sec: 42}, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
+				h.Uname, h.UID, h.MTime, h.Linkname = "own", 7, Time{Sec: 42}, "glink"
+				h.Xattrs, h.PAX = []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
 			}),
-			H("two", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs, h.PAX = "guser", Time{Sec: 42}, []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
+			H("two", TypeSymlink, 0, func(h *Header) {
+				h.Uname, h.MTime, h.Linkname = "guser", Time{Sec: 42}, "glink"
+				h.Xattrs, h.PAX = []Xattr{{"user.g", "global"}}, map[string]string{"comment": "global"}
 			}),
-			H("three", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs, h.PAX = "hdr", Time{Sec: 42}, []Xattr{{"user.g", "global"}, {"user.h", "more"}}, map[string]string{"comment": "changed"}
+			H("three", TypeLink, 0, func(h *Header) {
+				h.Uname, h.Linkname, h.Xattrs, h.PAX = "hdr", "one", []Xattr{{"user.h", "more"}}, map[string]string{"comment": "changed"}
 			}),
-			H("four", TypeReg, 0, func(h *Header) {
-				h.Uname, h.MTime, h.Xattrs = "hdr", Time{Sec: 42}, []Xattr{{"user.g", "mine"}, {"user.h", "more"}}
-			}),
+			H("four", TypeReg, 0, func(h *Header) { h.Uname, h.Xattrs = "hdr", []Xattr{{"user.g", "mine"}} }),
 		}})
 	}
 	{
@@ -377,17 +382,20 @@ func craftedCases() []craftedCase {
 		a.pax('g', "uid=bad")
 		add(craftedCase{name: "bad pax global record", data: a.end(), err: "ErrCorrupt", errHas: "header at 0: pax global record"})
 		b := &arch{}
-		b.pax('g', "comment="+strings.Repeat("c", 600))
-		b.pax('g', "other="+strings.Repeat("o", 600))
+		b.pax('g', "comment="+strings.Repeat("c", 600), "other="+strings.Repeat("o", 600))
 		add(craftedCase{name: "pax global records over the limit", data: b.end(), lim: Limits{MaxGlobalPAXSize: 1024},
-			err: "ErrCorrupt", errHas: "header at 1536: pax global records exceed"})
+			err: "ErrCorrupt", errHas: "header at 0: pax global records exceed"})
+		c := &arch{}
+		c.pax('g', "comment="+strings.Repeat("c", 600))
+		c.pax('g', "other="+strings.Repeat("o", 600))
+		add(craftedCase{name: "pax global records replaced within the limit", data: c.end(), lim: Limits{MaxGlobalPAXSize: 1024}})
 		var recs []string
 		for i := range 300 {
 			recs = append(recs, fmt.Sprintf("k%d=v", i))
 		}
-		c := &arch{}
-		c.pax('g', recs...)
-		add(craftedCase{name: "too many pax global records", data: c.end(), err: "ErrCorrupt", errHas: "more than 256"})
+		d := &arch{}
+		d.pax('g', recs...)
+		add(craftedCase{name: "too many pax global records", data: d.end(), err: "ErrCorrupt", errHas: "more than 256"})
 	}
 	{
 		a := &arch{}

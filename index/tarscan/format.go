@@ -233,14 +233,13 @@ func parsePAX(b []byte, from int, recs []paxRec) ([]paxRec, error) {
 	return recs, nil
 }
 
-// ignoredGlobal reports whether a pax global record is ignored, as GNU tar
-// does for names; size and sparse maps only make sense per member.
+// ignoredGlobal reports whether a pax global record is dropped: a size
+// and a sparse map only make sense per member (GNU tar takes a global
+// size as every member's, and fails at the first of another size). A path
+// is dropped too, as bsdtar drops it; GNU tar names every later member by
+// it.
 func ignoredGlobal(key []byte) bool {
-	switch string(key) {
-	case "path", "linkpath", "size":
-		return true
-	}
-	return bytes.HasPrefix(key, []byte("GNU.sparse."))
+	return string(key) == "path" || string(key) == "size" || bytes.HasPrefix(key, []byte("GNU.sparse."))
 }
 
 var (

@@ -322,8 +322,9 @@ func (s *Scanner) Offset() int64 { return s.off }
 // next member. It returns io.EOF after the end-of-archive marker (two zero
 // blocks, or one zero block followed by the end of the stream) or when the
 // stream ends cleanly at a header boundary. Pax global headers are applied
-// to the members that follow and are not returned; volume labels are
-// skipped. After an error every later call returns the same error.
+// to the members that follow, each in place of the one before
+// (readGlobal), and are not returned; volume labels are skipped. After an
+// error every later call returns the same error.
 //
 // The returned Header is owned by the caller.
 func (s *Scanner) Next() (*Header, error) {
@@ -533,7 +534,10 @@ func (s *Scanner) readPAX(off int64) error {
 	return nil
 }
 
-// readGlobal merges the pax global header at off into the global state.
+// readGlobal reads the pax global header at off. Its records replace
+// those in force, as GNU tar replaces them: a key it leaves out no longer
+// applies, the first of a key given twice counts, and an empty value sets
+// nothing.
 func (s *Scanner) readGlobal(off int64) error {
 	n, err := s.metaSize(off)
 	if err != nil {
@@ -543,7 +547,7 @@ func (s *Scanner) readGlobal(off int64) error {
 		return fmt.Errorf("%w: header at %d: pax global header of %d bytes exceeds the limit of %d",
 			ErrCorrupt, off, n, s.lim.MaxPAXSize)
 	}
-	// Read into the member buffer past its records, then rebuild gBuf.
+	// Read into the member buffer past its records, then copy to gBuf.
 	from := len(s.paxBuf)
 	buf, err := s.readMeta(off, s.paxBuf, n)
 	s.paxBuf = buf[:from]
@@ -554,51 +558,32 @@ func (s *Scanner) readGlobal(off int64) error {
 	if recs, err = parsePAX(buf, from, nil); err != nil {
 		return fmt.Errorf("%w: header at %d: %v", ErrCorrupt, off, err)
 	}
-	type kv struct {
-		k, v []byte
-		del  bool
-	}
-	merged := make([]kv, 0, len(s.gRecs)+len(recs))
-	index := make(map[string]int, len(s.gRecs)+len(recs))
-	for _, r := range s.gRecs {
-		k := r.key(s.gBuf)
-		index[string(k)] = len(merged)
-		merged = append(merged, kv{k: k, v: r.value(s.gBuf)})
-	}
+	var gBuf []byte
+	var gRecs []paxRec
+	seen := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		k, v := r.key(buf), r.value(buf)
-		if ignoredGlobal(k) {
+		if seen[string(k)] {
 			continue
 		}
-		i, ok := index[string(k)]
-		switch {
-		case ok:
-			merged[i].v, merged[i].del = v, len(v) == 0
-		case len(v) > 0:
-			index[string(k)] = len(merged)
-			merged = append(merged, kv{k: k, v: v})
-		}
-	}
-	var gBuf []byte
-	gRecs := make([]paxRec, 0, len(merged))
-	for _, e := range merged {
-		if e.del {
+		seen[string(k)] = true
+		if len(v) == 0 || ignoredGlobal(k) {
 			continue
 		}
 		k0 := len(gBuf)
-		gBuf = append(gBuf, e.k...)
+		gBuf = append(gBuf, k...)
 		k1 := len(gBuf)
 		gBuf = append(gBuf, '=')
-		gBuf = append(gBuf, e.v...)
+		gBuf = append(gBuf, v...)
 		gRecs = append(gRecs, paxRec{k0, k1, len(gBuf)})
-	}
-	if len(gRecs) > maxGlobalRecords {
-		return fmt.Errorf("%w: header at %d: more than %d pax global records in force",
-			ErrCorrupt, off, maxGlobalRecords)
-	}
-	if int64(len(gBuf)) > s.lim.MaxGlobalPAXSize {
-		return fmt.Errorf("%w: header at %d: pax global records exceed the limit of %d bytes",
-			ErrCorrupt, off, s.lim.MaxGlobalPAXSize)
+		if len(gRecs) > maxGlobalRecords {
+			return fmt.Errorf("%w: header at %d: more than %d pax global records in force",
+				ErrCorrupt, off, maxGlobalRecords)
+		}
+		if int64(len(gBuf)) > s.lim.MaxGlobalPAXSize {
+			return fmt.Errorf("%w: header at %d: pax global records exceed the limit of %d bytes",
+				ErrCorrupt, off, s.lim.MaxGlobalPAXSize)
+		}
 	}
 	return s.setGlobal(gBuf, gRecs, off)
 }
