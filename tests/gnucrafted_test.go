@@ -29,11 +29,12 @@ const outOfRange = "pax mtime out of range"
 // NUL in a pax path, a sparse map of 10,000,001 entries, headers in a
 // row, duplicate members, leading prefixes and ".." in names, base-256
 // times, a header with a bad checksum, pax global headers that replace
-// each other or give a link target) and each that both refuse (damaged
-// archives), in every codec, extracted, inspected and mounted as
-// checkGoTestdata checks Go's testdata: the tree and the warnings of GNU
-// tar (or bsdtar's tree where GNU tar alone fails), or a failure of one
-// line that leaves nothing half-written, taken from running both here.
+// each other, give a link target or name members) and each that both
+// refuse (damaged archives), in every codec, extracted, inspected and
+// mounted as checkGoTestdata checks Go's testdata: the tree and the
+// warnings of GNU tar (or bsdtar's tree where GNU tar alone fails), or a
+// failure of one line that leaves nothing half-written, taken from
+// running both here.
 func TestGNUCrafted(t *testing.T) {
 	needFUSE(t)
 	needTools(t, goTestdataTools()...)
@@ -135,6 +136,17 @@ func TestGNUCrafted(t *testing.T) {
 		{"pax global linkpath empty", "bsdtar", []tarbuild.Member{
 			file("f1", "one\n"), ext('g', recs("linkpath=")),
 			{Name: "s", Type: tarbuild.TypeSymlink, Link: "f1"}, {Name: "h", Type: tarbuild.TypeLink, Link: "f1"}}},
+		// GNU tar gives every member after a global path that name,
+		// "." when it is empty, and fails on a file named "."; bsdtar
+		// ignores global headers. So does tarmount where they name
+		// members (Go's testdata pax-global-records.tar).
+		{"pax global path", "bsdtar", []tarbuild.Member{
+			ext('g', recs("path=gp", "mtime=1000000000")), file("f1", "one\n"), file("f2", "two\n"),
+			ext('g', recs("GNU.sparse.name=gs", "uid=5")), file("f3", "three\n"),
+			ext('g', recs("path=")), file("f4", "four\n")}},
+		{"pax global path empty", "bsdtar", []tarbuild.Member{
+			file("f0", "zero\n"), ext('g', recs("path=", "mtime=1000000000")), {Name: "d", Type: tarbuild.TypeDir},
+			file("f1", "one\n"), {Name: "s", Type: tarbuild.TypeSymlink, Link: "f0"}}},
 		// Members again.
 		{"duplicate members", "extract", []tarbuild.Member{
 			file("a", "one\n"), file("a", "two\n"), {Name: "d", Type: tarbuild.TypeDir}, file("d", "file over an empty dir\n"),

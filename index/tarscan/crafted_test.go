@@ -378,6 +378,33 @@ func craftedCases() []craftedCase {
 		}})
 	}
 	{
+		// A global header that names the members after it is ignored
+		// whole, as bsdtar ignores it, and leaves no records in force
+		// (Go's testdata pax-global-records.tar, which GNU tar fails on
+		// for its empty path).
+		a := &arch{}
+		a.pax('g', "uid=5")
+		a.hdr(hb{Name: "zero", Typeflag: '0', Layout: tarbuild.USTAR})
+		a.pax('g', "mtime=1500000000.0", "path=global1", "uid=bad")
+		a.hdr(hb{Name: "file1", Typeflag: '0', Layout: tarbuild.USTAR})
+		a.pax('x', "path=file2")
+		a.hdr(hb{Name: "file2", Typeflag: '0', Layout: tarbuild.USTAR})
+		a.pax('g', "path=")
+		a.hdr(hb{Name: "file3", Typeflag: '0', Layout: tarbuild.USTAR})
+		a.pax('x', "mtime=1400000000")
+		a.hdr(hb{Name: "file4", Typeflag: '0', Layout: tarbuild.USTAR})
+		a.pax('g', "gid=7", "GNU.sparse.name=sparse")
+		a.hdr(hb{Name: "file5", Typeflag: '0', Layout: tarbuild.USTAR})
+		add(craftedCase{name: "pax global header with a name", data: a.end(), want: []Header{
+			H("zero", TypeReg, 0, func(h *Header) { h.UID = 5 }),
+			H("file1", TypeReg, 0),
+			H("file2", TypeReg, 0),
+			H("file3", TypeReg, 0),
+			H("file4", TypeReg, 0, func(h *Header) { h.MTime = Time{Sec: 1400000000} }),
+			H("file5", TypeReg, 0),
+		}})
+	}
+	{
 		a := &arch{}
 		a.pax('g', "uid=bad")
 		add(craftedCase{name: "bad pax global record", data: a.end(), err: "ErrCorrupt", errHas: "header at 0: pax global record"})

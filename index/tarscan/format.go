@@ -233,13 +233,23 @@ func parsePAX(b []byte, from int, recs []paxRec) ([]paxRec, error) {
 	return recs, nil
 }
 
+// namesMembers reports whether a pax global record names the members
+// that follow it. GNU tar gives each of them that name, so that each is
+// written over the one before (or, when the name is empty, fails to be
+// written over "."); bsdtar ignores every global header.
+func namesMembers(key []byte) bool {
+	switch string(key) {
+	case "path", "GNU.sparse.name":
+		return true
+	}
+	return false
+}
+
 // ignoredGlobal reports whether a pax global record is dropped: a size
 // and a sparse map only make sense per member (GNU tar takes a global
-// size as every member's, and fails at the first of another size). A path
-// is dropped too, as bsdtar drops it; GNU tar names every later member by
-// it.
+// size as every member's, and fails at the first of another size).
 func ignoredGlobal(key []byte) bool {
-	return string(key) == "path" || string(key) == "size" || bytes.HasPrefix(key, []byte("GNU.sparse."))
+	return string(key) == "size" || bytes.HasPrefix(key, []byte("GNU.sparse."))
 }
 
 var (

@@ -538,6 +538,14 @@ func (s *Scanner) readPAX(off int64) error {
 // those in force, as GNU tar replaces them: a key it leaves out no longer
 // applies, the first of a key given twice counts, and an empty value sets
 // nothing.
+//
+// A header holding a record that names the members after it
+// (namesMembers) is read as holding none, as bsdtar reads every global
+// header. GNU tar gives them all that name, and fails where it is empty,
+// so that bsdtar's tree is the one to give (Go's testdata
+// pax-global-records.tar). The members that an earlier header names are
+// read before the empty name is: to give that tree in one pass, every
+// such header is ignored, also where GNU tar would extract the archive.
 func (s *Scanner) readGlobal(off int64) error {
 	n, err := s.metaSize(off)
 	if err != nil {
@@ -557,6 +565,11 @@ func (s *Scanner) readGlobal(off int64) error {
 	var recs []paxRec
 	if recs, err = parsePAX(buf, from, nil); err != nil {
 		return fmt.Errorf("%w: header at %d: %v", ErrCorrupt, off, err)
+	}
+	for _, r := range recs {
+		if namesMembers(r.key(buf)) {
+			return s.setGlobal(nil, nil, off)
+		}
 	}
 	var gBuf []byte
 	var gRecs []paxRec

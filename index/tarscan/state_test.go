@@ -9,7 +9,8 @@ import (
 
 // TestResumeAtState: a scan resumed at the State of any member returns
 // that member and every later one as the whole scan did, pax global
-// records included.
+// records included: one global header replaces another, and one with a
+// path is ignored and leaves none in force.
 func TestResumeAtState(t *testing.T) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -29,7 +30,9 @@ func TestResumeAtState(t *testing.T) {
 	write(&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: map[string]string{"uname": "globaluser"}}, "")
 	write(&tar.Header{Name: "b.txt", Mode: 0o644, Typeflag: tar.TypeReg}, "beta")
 	write(&tar.Header{Name: "d/", Mode: 0o755, Typeflag: tar.TypeDir}, "")
+	write(&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: map[string]string{"path": "renamed", "gname": "pathgroup"}}, "")
 	write(&tar.Header{Name: "d/" + string(bytes.Repeat([]byte("n"), 150)), Mode: 0o600, Typeflag: tar.TypeReg, Format: tar.FormatPAX}, "long name")
+	write(&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: map[string]string{"gname": "globalgroup"}}, "")
 	write(&tar.Header{Name: "e.txt", Mode: 0o644, Typeflag: tar.TypeReg}, "epsilon")
 	tw.Close()
 	data := buf.Bytes()
@@ -49,8 +52,12 @@ func TestResumeAtState(t *testing.T) {
 		all = append(all, h)
 		states = append(states, sc.State())
 	}
-	if len(all) != 5 || states[1].Offset != all[1].HeaderOffset || len(states[1].Global) != 0 || len(states[2].Global) != 1 {
+	if len(all) != 5 || states[1].Offset != all[1].HeaderOffset || len(states[1].Global) != 0 || len(states[2].Global) != 1 ||
+		len(states[3].Global) != 1 || len(states[4].Global) != 0 {
 		t.Fatalf("got %d members, states %+v", len(all), states)
+	}
+	if all[3].Name == "renamed" || all[3].Uname != "" || all[3].Gname != "" || all[4].Gname != "globalgroup" {
+		t.Fatalf("got members %+v and %+v, want the global header with a path ignored", *all[3], *all[4])
 	}
 	for i, st := range states {
 		r, err := NewScannerAt(bytes.NewReader(data[st.Offset:]), Limits{}, st)
@@ -69,7 +76,7 @@ func TestResumeAtState(t *testing.T) {
 				t.Fatalf("resumed at member %d: %v", i, err)
 			}
 			h.PAX = nil
-			if got, want := *h, *all[j]; got.Name != want.Name || got.Uname != want.Uname || got.DataOffset != want.DataOffset ||
+			if got, want := *h, *all[j]; got.Name != want.Name || got.Uname != want.Uname || got.Gname != want.Gname || got.DataOffset != want.DataOffset ||
 				got.HeaderOffset != want.HeaderOffset || got.Size != want.Size || got.Mode != want.Mode {
 				t.Fatalf("resumed at member %d: member %d is %+v, want %+v", i, j, got, want)
 			}
