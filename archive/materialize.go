@@ -194,7 +194,7 @@ func (m *Materializer) run() error {
 	// What reads through the mount fetched and decoded (files opened at
 	// boot) is taken from its caches, not fetched again, and the other
 	// way round: a read joins the span being decoded here.
-	spans := materialize.IndexSpans(reader, m.src, materialize.Peers{Spans: a.reader, Cached: a.blocks.ReadCached})
+	spans := materialize.IndexSpans(reader, m.src, materialize.Peers{Spans: a.reader, ReadAt: a.blocks.ReadBeside})
 	if a.reader != nil {
 		a.reader.Borrow(reader)
 		defer a.reader.Borrow(nil)

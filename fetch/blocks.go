@@ -248,16 +248,10 @@ func (b *Blocks) Stats() Stats {
 // spanning more blocks than the cache holds keeps the blocks it fetched
 // alive until it has copied them. p is not retained.
 func (b *Blocks) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("read %s at %d: negative offset", b.src, off)
+	end, err := b.readEnd(p, off)
+	if end <= off {
+		return 0, err
 	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if off >= b.size {
-		return 0, io.EOF
-	}
-	end := min(off+int64(len(p)), b.size)
 	first, last := off/b.blockSize, (end-1)/b.blockSize
 
 	var stack [4]*block
@@ -273,7 +267,6 @@ func (b *Blocks) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	b.mu.Unlock()
 
 	n := 0
-	var err error
 	for i, blk := range held {
 		if err = b.wait(ctx, blk); err != nil {
 			b.releaseMany(held[i:], false)
@@ -291,6 +284,110 @@ func (b *Blocks) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// readEnd returns where a read of p at off ends within the object; when
+// that is not past off, the read returns at once with err: nil for an
+// empty p, io.EOF at or past the end, an error for a negative off.
+func (b *Blocks) readEnd(p []byte, off int64) (end int64, err error) {
+	switch {
+	case off < 0:
+		return off, fmt.Errorf("read %s at %d: negative offset", b.src, off)
+	case len(p) == 0:
+		return off, nil
+	case off >= b.size:
+		return off, io.EOF
+	}
+	return min(off+int64(len(p)), b.size), nil
+}
+
+// ReadBeside reads len(p) bytes at off like ReadAt, for a reader that
+// brings its own concurrency (a background job with many fetches at
+// once): a block that is neither cached nor being fetched is fetched by
+// the calling goroutine, beside the workers, so that it takes no worker
+// from ReadAt; a block queued for read-ahead is taken from the queue and
+// fetched so too. While it is fetched, a ReadAt or stream that needs the
+// block joins the fetch instead of starting another, as the caller joins
+// theirs: each block comes from the source once. A block it fetched is
+// dropped once read unless a ReadAt read it too. The blocks are read one
+// after the other.
+func (b *Blocks) ReadBeside(ctx context.Context, p []byte, off int64) (int, error) {
+	end, err := b.readEnd(p, off)
+	if end <= off {
+		return 0, err
+	}
+	n := 0
+	for i := off / b.blockSize; i <= (end-1)/b.blockSize; i++ {
+		blk, mine, err := b.holdBeside(i)
+		if err != nil {
+			return n, err
+		}
+		if err := b.wait(ctx, blk); err != nil {
+			b.release(blk)
+			return n, err
+		}
+		lo := max(off, blk.off) - blk.off
+		hi := min(end, blk.off+int64(blk.n)) - blk.off
+		n += copy(p[n:], blk.data[lo:hi])
+		b.mu.Lock()
+		if mine && blk.streamOnly && blk.prev != nil {
+			// Nobody else read it: its buffer serves the next fetch.
+			b.evictLocked(blk)
+		}
+		b.mu.Unlock()
+		b.unref(blk)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// holdBeside returns block idx with a reference and a waiter registered
+// for the caller, fetched or being fetched (ReadBeside), and whether the
+// fetch is the caller's.
+func (b *Blocks) holdBeside(idx int64) (blk *block, mine bool, err error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, false, fmt.Errorf("read %s at %d: %w", b.src, idx*b.blockSize, ErrClosed)
+	}
+	blk = b.blocks[idx]
+	switch {
+	case blk == nil:
+		blk = b.newBlockLocked(idx, 1)
+		blk.streamOnly = true
+		mine = true
+		b.misses.Add(1)
+	case blk.state == blockQueued && !blk.fg:
+		b.bgQueue = removeBlock(b.bgQueue, blk)
+		blk.waiters++
+		b.misses.Add(1)
+	default:
+		blk = b.getLocked(idx, false)
+		b.mu.Unlock()
+		return blk, false, nil
+	}
+	blk.refs.Add(1)
+	// blk is fetched for the caller, as a worker would, by a goroutine of
+	// its own, so that the caller may leave while others wait for it.
+	blk.state = blockRunning
+	fctx, cancel := context.WithCancel(b.ctx)
+	blk.cancel = cancel
+	b.running += int64(blk.n)
+	b.shrinkLocked()
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		buf, err := b.fetch(fctx, blk)
+		b.mu.Lock()
+		cancel()
+		b.running -= int64(blk.n)
+		b.publishLocked(blk, buf, err)
+		b.mu.Unlock()
+	}()
+	return blk, mine, nil
 }
 
 // ReadCached copies len(p) bytes at off into p if every block they lie in
@@ -425,22 +522,29 @@ func (b *Blocks) getLocked(idx int64, fg bool) *block {
 // waiters registered holders: in fgQueue for a ReadAt (fg), else in
 // bgQueue.
 func (b *Blocks) queueLocked(idx int64, fg bool, waiters int) *block {
-	off := idx * b.blockSize
-	blk := &block{
-		idx:     idx,
-		off:     off,
-		n:       int(min(b.blockSize, b.size-off)),
-		done:    make(chan struct{}),
-		fg:      fg,
-		waiters: waiters,
-	}
-	b.blocks[idx] = blk
+	blk := b.newBlockLocked(idx, waiters)
+	blk.fg = fg
 	if fg {
 		b.fgQueue = append(b.fgQueue, blk)
 	} else {
 		b.bgQueue = append(b.bgQueue, blk)
 	}
 	b.work.Signal()
+	return blk
+}
+
+// newBlockLocked puts a new block idx, with waiters registered holders,
+// in the map, where it must not be.
+func (b *Blocks) newBlockLocked(idx int64, waiters int) *block {
+	off := idx * b.blockSize
+	blk := &block{
+		idx:     idx,
+		off:     off,
+		n:       int(min(b.blockSize, b.size-off)),
+		done:    make(chan struct{}),
+		waiters: waiters,
+	}
+	b.blocks[idx] = blk
 	return blk
 }
 

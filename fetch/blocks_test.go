@@ -622,3 +622,120 @@ func TestBlocksReadRange(t *testing.T) {
 	require.Equal(t, data[7*bs+200:7*bs+700], p[:n])
 	require.Equal(t, int64(2), b.Stats().Requests, "a range in a cached block is read from it")
 }
+
+// TestBlocksReadBeside checks that ReadBeside fetches beside the workers
+// (with every worker busy), that ReadAt joins its fetch and it
+// joins ReadAt's, that it takes a queued prefetch over, and that leaving
+// abandons a fetch only when nobody else waits for it.
+func TestBlocksReadBeside(t *testing.T) {
+	data := randomBytes(8<<10, 9)
+	src := newMemSource(data)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 16)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 10, Workers: 1, CacheBytes: 64 << 10})
+	ctx := t.Context()
+	read := func(f func(context.Context, []byte, int64) (int, error), ctx context.Context, off, n int64) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			p := make([]byte, n)
+			_, err := f(ctx, p, off)
+			if err == nil && !bytes.Equal(p, data[off:off+n]) {
+				err = fmt.Errorf("wrong bytes at %d+%d", off, n)
+			}
+			done <- err
+		}()
+		return done
+	}
+	started := func(want int64) {
+		t.Helper()
+		select {
+		case got := <-src.Started:
+			if got != want {
+				t.Fatalf("fetch started at %d, want %d", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no fetch started, want one at %d", want)
+		}
+	}
+	noStart := func() {
+		t.Helper()
+		select {
+		case got := <-src.Started:
+			t.Fatalf("fetch started at %d, want none", got)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	// The one worker is busy with block 0; ReadBeside fetches block 1
+	// itself, and a ReadAt of block 1 joins it.
+	fg0 := read(b.ReadAt, ctx, 0, 100)
+	started(0)
+	bg1 := read(b.ReadBeside, ctx, 1<<10, 100)
+	started(1 << 10)
+	fg1 := read(b.ReadAt, ctx, 1<<10+500, 100)
+	noStart()
+	src.Gate <- struct{}{} // one of the two fetches
+	src.Gate <- struct{}{}
+	for _, c := range []<-chan error{fg0, bg1, fg1} {
+		require.NoError(t, <-c)
+	}
+	require.Len(t, src.Offsets(), 2)
+
+	// ReadBeside joins a ReadAt's fetch, and reads cached blocks.
+	fg2 := read(b.ReadAt, ctx, 2<<10, 10)
+	started(2 << 10)
+	bg2 := read(b.ReadBeside, ctx, 1<<10, 2<<10) // blocks 1 (cached) and 2 (running)
+	noStart()
+	src.Gate <- struct{}{}
+	require.NoError(t, <-fg2)
+	require.NoError(t, <-bg2)
+	require.Len(t, src.Offsets(), 3)
+
+	// A prefetch waiting in the queue behind a busy worker is taken
+	// over; the worker does not fetch it again.
+	fg3 := read(b.ReadAt, ctx, 3<<10, 10)
+	started(3 << 10)
+	b.Prefetch(4<<10, 1)
+	bg4 := read(b.ReadBeside, ctx, 4<<10, 10)
+	started(4 << 10)
+	src.Gate <- struct{}{}
+	src.Gate <- struct{}{}
+	require.NoError(t, <-fg3)
+	require.NoError(t, <-bg4)
+	noStart()
+	require.Len(t, src.Offsets(), 5)
+
+	// Leaving alone abandons the fetch; a later ReadAt fetches anew.
+	lctx, cancel := context.WithCancel(ctx)
+	bg5 := read(b.ReadBeside, lctx, 5<<10, 10)
+	started(5 << 10)
+	cancel()
+	require.ErrorIs(t, <-bg5, context.Canceled)
+	fg5 := read(b.ReadAt, ctx, 5<<10, 10)
+	started(5 << 10)
+	src.Gate <- struct{}{}
+	require.NoError(t, <-fg5)
+
+	// Leaving a fetch that a ReadAt joined returns at once and lets the
+	// fetch finish for the ReadAt.
+	lctx, cancel = context.WithCancel(ctx)
+	bg6 := read(b.ReadBeside, lctx, 6<<10, 10)
+	started(6 << 10)
+	fg6 := read(b.ReadAt, ctx, 6<<10, 10)
+	noStart()
+	cancel()
+	require.ErrorIs(t, <-bg6, context.Canceled)
+	src.Gate <- struct{}{}
+	require.NoError(t, <-fg6)
+	// A block that a ReadAt read too stays cached; one that only
+	// ReadBeside read does not.
+	p := make([]byte, 10)
+	require.True(t, b.ReadCached(p, 1<<10), "block 1, read by ReadAt too")
+	bg7 := read(b.ReadBeside, ctx, 7<<10, 10)
+	started(7 << 10)
+	src.Gate <- struct{}{}
+	require.NoError(t, <-bg7)
+	require.False(t, b.ReadCached(p, 7<<10), "block 7, read by ReadBeside alone")
+	// Block 5 twice (the abandoned fetch), every other block once.
+	require.Equal(t, []int64{0, 1 << 10, 2 << 10, 3 << 10, 4 << 10, 5 << 10, 5 << 10, 6 << 10, 7 << 10}, src.Offsets())
+}

@@ -298,13 +298,12 @@ func (j *Job) writeSpans(spans Spans, segs []segment) error {
 	}
 	g, ctx := errgroup.WithContext(j.pool.ctx)
 	g.SetLimit(j.opts.Decoders)
-	// Span reads that decode ask the gate before they do (Acquire), so
-	// they may be started while foreground reads only wait for bytes;
-	// reads that only fetch wait for no foreground read at all.
-	wait := j.opts.Gate.Wait
-	if _, decodes := spans.(indexSpans); decodes {
-		wait = j.opts.Gate.WaitDecode
-	}
+	// A span read may start while foreground reads only wait for their
+	// bytes: one that decodes asks the gate again before it does
+	// (Acquire), and the pieces of a plain tar, which only fetch, join
+	// the mount's fetches and have theirs joined (Peers.ReadAt), so that
+	// neither the cores nor the source serve the same bytes twice.
+	wait := j.opts.Gate.WaitDecode
 	for _, w := range work {
 		size := min(w.to-w.from, j.opts.MemoryBytes)
 		if err := wait(ctx); err != nil {

@@ -20,7 +20,11 @@ func IndexSpans(r *index.Reader, src index.Source, peers Peers) Spans {
 	case r.HasSpans():
 		return indexSpans{r, peers.Spans}
 	case !r.Codec.Compressed():
-		return rawSpans{src: src, size: r.TarSize, cached: peers.Cached}
+		read := peers.ReadAt
+		if read == nil {
+			read = src.ReadAt
+		}
+		return rawSpans{read: read, size: r.TarSize}
 	}
 	return nil
 }
@@ -33,10 +37,11 @@ type Peers struct {
 	// decoded for a read, is copied from there
 	// (index.Reader.DecodeSpanBeside).
 	Spans *index.Reader
-	// Cached copies len(p) bytes of a plain tar at off into p if the
-	// mount's block cache holds them all, and reports whether it did
-	// (fetch.Blocks.ReadCached).
-	Cached func(p []byte, off int64) bool
+	// ReadAt reads the bytes of a plain tar through the mount's block
+	// cache: from it when they are there, else joining the mount's
+	// fetch of them, else fetching them in the calling goroutine so that
+	// a read through the mount joins that fetch (fetch.Blocks.ReadBeside).
+	ReadAt func(ctx context.Context, p []byte, off int64) (int, error)
 }
 
 type indexSpans struct {
@@ -66,9 +71,8 @@ func (s indexSpans) Read(ctx context.Context, i int, from, to int64, buf []byte)
 const rawSpanBytes = 4 << 20
 
 type rawSpans struct {
-	src    index.Source
-	size   int64
-	cached func(p []byte, off int64) bool // nil: none
+	read func(ctx context.Context, p []byte, off int64) (int, error) // the archive
+	size int64
 }
 
 func (s rawSpans) Len() int { return int((s.size + rawSpanBytes - 1) / rawSpanBytes) }
@@ -88,10 +92,7 @@ func (s rawSpans) Read(ctx context.Context, i int, from, to int64, buf []byte) (
 		p = make([]byte, to-from)
 	}
 	p = p[:to-from]
-	if s.cached != nil && s.cached(p, from) {
-		return p, p, nil
-	}
-	n, err := s.src.ReadAt(ctx, p, from)
+	n, err := s.read(ctx, p, from)
 	if err == io.EOF && n == len(p) {
 		err = nil
 	}
