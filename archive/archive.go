@@ -86,6 +86,7 @@ type Archive struct {
 type countingSource struct {
 	fetch.Source
 	n, requests atomic.Int64
+	prefixed    atomic.Bool // Prefix's bytes are counted in n
 }
 
 func (s *countingSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
@@ -93,6 +94,20 @@ func (s *countingSource) ReadAt(ctx context.Context, p []byte, off int64) (int, 
 	s.n.Add(int64(n))
 	s.requests.Add(1)
 	return n, err
+}
+
+// Prefix returns the first bytes of the object that the source's open
+// fetched (fetch.Prefixer), counted as fetched when first handed out.
+func (s *countingSource) Prefix() []byte {
+	pf, ok := s.Source.(fetch.Prefixer)
+	if !ok {
+		return nil
+	}
+	p := pf.Prefix()
+	if s.prefixed.CompareAndSwap(false, true) {
+		s.n.Add(int64(len(p)))
+	}
+	return p
 }
 
 // Local reports whether the counted source is a local file (fetch.IsLocal).

@@ -329,7 +329,7 @@ func TestOpenRoundTrips(t *testing.T) {
 			for _, r := range ranges[1:] { // after the identity probe
 				tail = tail || !strings.HasPrefix(r, "bytes=0-")
 			}
-			if ranges[0] != "bytes=0-0" || tail != c.wantTail {
+			if ranges[0] != fetch.ProbeRange || tail != c.wantTail {
 				t.Errorf("got requests for %q while opening, want the probe and %s", ranges, map[bool]string{true: "the end", false: "nothing more"}[c.wantTail])
 			}
 			if got, want := a.IndexFrom(), map[bool]string{true: FromSidecar, false: Building}[c.publish]; got != want {

@@ -98,6 +98,7 @@ type Blocks struct {
 	work       *sync.Cond         // on mu: a fetch was queued, or Close
 	wg         sync.WaitGroup     // worker goroutines
 	disk       *DiskCache         // nil = none
+	prefix     []byte             // the object's first bytes, which src holds (Prefixer); read by fetchPieces
 	diskKey    string             // src.Identity().Key() when disk is set
 
 	requests, bytesFetched, inFlight, hits, misses, evictions atomic.Int64
@@ -198,6 +199,9 @@ func NewBlocks(src Source, opts BlocksOptions) *Blocks {
 		firstPiece: firstPiece,
 		log:        log,
 		blocks:     make(map[int64]*block),
+	}
+	if pf, ok := src.(Prefixer); ok {
+		b.prefix = pf.Prefix()
 	}
 	bufLen := min(bs, size)
 	b.pool.New = func() any {

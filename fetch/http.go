@@ -37,9 +37,19 @@ type httpSource struct {
 	copies             *DiskCache // Options.Copies
 	copyPath           string     // set by probe when the server ignores ranges
 	ownClient          bool       // client was made for this source: Close closes its connections
-	first              byte       // the object's first byte, if haveFirst (the probe's reply)
-	haveFirst          bool
+	prefix             []byte     // the object's first bytes, from the probe's reply (Prefixer)
 }
+
+// ProbeBytes is how much of an HTTP object its open asks for with the
+// identity: the first piece that a stream from the start fetches
+// (defaultFirstPiece), so that a first pass gets its first bytes one
+// round trip after the open starts, rather than two.
+const ProbeBytes = defaultFirstPiece
+
+// ProbeRange is the Range header of the request that opens an HTTP
+// source: the only ranged GET it sends without a precondition, since it
+// learns the identity that the others are pinned to.
+var ProbeRange = rangeHeader(0, ProbeBytes-1)
 
 var _ Source = (*httpSource)(nil)
 
@@ -79,15 +89,16 @@ func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (
 	return s, nil
 }
 
-// probe learns the identity with one GET of the first byte: a 206 carries
-// the size in Content-Range. A 200 (range ignored) gives Content-Length,
-// and a HEAD is the last resort when neither gives a size.
+// probe learns the identity with one GET of the first ProbeBytes, which
+// it keeps (ReadAt serves them): a 206 carries the size in Content-Range.
+// A 200 (range ignored) gives Content-Length, and a HEAD is the last
+// resort when neither gives a size.
 func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 	req, err := s.newRequest(ctx, http.MethodGet)
 	if err != nil {
 		return Identity{}, err
 	}
-	req.Header.Set("Range", "bytes=0-0")
+	req.Header.Set("Range", ProbeRange)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return Identity{}, classifyTransport(ctx, unwrapURLError(err))
@@ -97,15 +108,17 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		cr, ok := parseContentRange(resp.Header.Get("Content-Range"))
-		if !ok || cr.first != 0 {
-			return Identity{}, fmt.Errorf("bad Content-Range %q for bytes=0-0", resp.Header.Get("Content-Range"))
+		if !ok || cr.first != 0 || cr.last >= ProbeBytes {
+			return Identity{}, fmt.Errorf("bad Content-Range %q for %s", resp.Header.Get("Content-Range"), ProbeRange)
 		}
 		if cr.size >= 0 {
 			id.Size = cr.size
-			var b [1]byte
-			if cr.last == 0 {
-				if _, err := io.ReadFull(resp.Body, b[:]); err == nil {
-					s.first, s.haveFirst = b[0], true
+			// The bytes are kept only when they are exactly what the
+			// reply says; else reads fetch them again.
+			if cr.last >= 0 && cr.last == min(cr.size, ProbeBytes)-1 {
+				head := make([]byte, cr.last+1)
+				if _, err := io.ReadFull(resp.Body, head); err == nil {
+					s.prefix = head
 				}
 			}
 			return id, nil
@@ -268,8 +281,17 @@ func (s *httpSource) newRequest(ctx context.Context, method string) (*http.Reque
 
 func (s *httpSource) Identity() Identity { return s.id }
 
+// Prefix returns the object's first bytes, which the probe fetched
+// (Prefixer).
+func (s *httpSource) Prefix() []byte { return s.prefix }
+
 // FirstByte returns the object's first byte, which the probe fetched.
-func (s *httpSource) FirstByte() (byte, bool) { return s.first, s.haveFirst }
+func (s *httpSource) FirstByte() (byte, bool) {
+	if len(s.prefix) == 0 {
+		return 0, false
+	}
+	return s.prefix[0], true
+}
 
 func (s *httpSource) String() string { return s.name }
 

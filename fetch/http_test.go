@@ -87,7 +87,7 @@ func (o *object) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", etag)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if shortBody && r.Header.Get("Range") != "bytes=0-0" {
+	if shortBody && r.Header.Get("Range") != ProbeRange {
 		w = &halfWriter{ResponseWriter: w, left: -1}
 	}
 	if bytesPerSec > 0 {
@@ -191,7 +191,7 @@ func TestHTTPRequests(t *testing.T) {
 			require.NoError(t, err)
 			reqs := o.requests()
 			require.Len(t, reqs, 1, "Open must send one request")
-			require.Equal(t, "bytes=0-0", reqs[0].Get("Range"))
+			require.Equal(t, ProbeRange, reqs[0].Get("Range"))
 
 			_, err = src.ReadAt(t.Context(), make([]byte, 100), 900)
 			require.NoError(t, err)
@@ -417,13 +417,52 @@ func TestHTTPConnectionReuse(t *testing.T) {
 	require.Equal(t, int64(1), o.conns.Load(), "sequential requests must reuse one connection")
 }
 
-// TestHTTPProbeFallbacks covers servers whose reply to "bytes=0-0" does
+// TestHTTPPrefix checks that the open keeps the bytes its probe brought
+// (the whole of a small object, ProbeRange of a larger one), and that a
+// stream from the start of an object fetched in pieces asks for none of
+// them again.
+func TestHTTPPrefix(t *testing.T) {
+	for _, size := range []int{1000, ProbeBytes, 3 << 20} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			o := &object{data: randomBytes(size, 3), etag: `"v1"`}
+			srv := newTestServer(t, o)
+			src, err := Open(t.Context(), srv.URL+"/a.tar", Options{})
+			require.NoError(t, err)
+			defer src.Close()
+			pf, ok := src.(Prefixer)
+			require.True(t, ok, "an HTTP source is a Prefixer")
+			require.True(t, bytes.Equal(o.data[:min(size, ProbeBytes)], pf.Prefix()), "prefix")
+			if size <= ProbeBytes {
+				return // a block of one piece is fetched whole, as ever
+			}
+
+			b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 20})
+			s := b.Stream(t.Context(), 0)
+			got, err := io.ReadAll(s)
+			s.Close()
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(o.data, got), "streamed bytes")
+			var ranges []string
+			for _, h := range o.requests()[1:] {
+				ranges = append(ranges, h.Get("Range"))
+			}
+			for _, r := range ranges {
+				if strings.HasPrefix(r, "bytes=0-") {
+					t.Errorf("got ranges %q after the probe, want none from 0", ranges)
+				}
+			}
+			require.Equal(t, int64(size), b.Stats().BytesFetched, "bytes fetched, the probe's included")
+		})
+	}
+}
+
+// TestHTTPProbeFallbacks covers servers whose reply to ProbeRange does
 // not carry the size.
 func TestHTTPProbeFallbacks(t *testing.T) {
 	data := randomBytes(300, 5)
 	tests := []struct {
 		name     string
-		probe    func(w http.ResponseWriter) // answer to the GET bytes=0-0
+		probe    func(w http.ResponseWriter) // answer to the GET of ProbeRange
 		wantSize int64
 		wantErr  string
 	}{
@@ -454,7 +493,7 @@ func TestHTTPProbeFallbacks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodGet && r.Header.Get("Range") == "bytes=0-0" {
+				if r.Method == http.MethodGet && r.Header.Get("Range") == ProbeRange {
 					tt.probe(w)
 					return
 				}

@@ -12,6 +12,13 @@ package fetch
 // 128 KiB, 256 KiB, 512 KiB, 1 MiB and 2 MiB. The stream can then return
 // the block's first bytes after about one round trip plus their own
 // bytes, rather than after the whole block; no byte is fetched twice.
+// The block after it comes in pieces as long as its longest (2 MiB),
+// which arrive with that piece: fetched whole, it would arrive one
+// whole block's transfer after the first block's end, and the stream
+// would wait for it there.
+// Pieces that the source holds from its open (Prefixer: the first piece
+// of an HTTP object) take no request at all, so that a first pass has
+// its first bytes with the identity, one round trip after it starts.
 //
 // The pieces run in their block's one worker slot: the worker starts them
 // all, waits for all of them and publishes the block as for a whole
@@ -52,20 +59,35 @@ func newPieces(n, first int) []piece {
 }
 
 // rampLocked queues block idx to be fetched in pieces, with no waiter, if
-// it is neither cached nor being fetched and is longer than the first
-// piece. The caller takes it with getLocked next, which registers it as
-// a waiter.
-func (b *Blocks) rampLocked(idx int64) {
-	if b.firstPiece == 0 || b.blocks[idx] != nil {
+// it is neither cached nor being fetched and is longer than first, the
+// size of its first piece. The caller takes it with getLocked next, which
+// registers it as a waiter.
+func (b *Blocks) rampLocked(idx, first int64) {
+	if first == 0 || b.blocks[idx] != nil {
 		return
 	}
 	n := min(b.blockSize, b.size-idx*b.blockSize)
-	if n <= b.firstPiece {
+	if n <= first {
 		return
 	}
 	blk := b.queueLocked(idx, false, 0)
 	blk.streamOnly = true
-	blk.pieces = newPieces(int(n), int(b.firstPiece))
+	blk.pieces = newPieces(int(n), int(first))
+}
+
+// secondPiece is the size of the pieces of the block after the one a
+// stream starts in: as long as the longest piece of that first block, so
+// that they arrive with it, when the stream gets to them, rather than one
+// whole block's transfer later.
+func (b *Blocks) secondPiece() int64 {
+	if b.firstPiece == 0 {
+		return 0
+	}
+	longest, start := 0, 0
+	for _, pc := range newPieces(int(b.blockSize), int(b.firstPiece)) {
+		longest, start = max(longest, pc.end-start), pc.end
+	}
+	return int64(longest)
 }
 
 // fetchPieces fills p, the buffer of blk, with blk's pieces, all at once
@@ -76,9 +98,18 @@ func (b *Blocks) fetchPieces(ctx context.Context, blk *block, p []byte) error {
 	blk.partial = p
 	g, ctx := errgroup.WithContext(ctx)
 	start := 0
+	prefix := b.prefix
 	for i := range blk.pieces {
 		pc := &blk.pieces[i]
 		q, off := p[start:pc.end], blk.off+int64(start)
+		start = pc.end
+		if off+int64(len(q)) <= int64(len(prefix)) {
+			// Fetched with the identity, when the source was opened.
+			copy(q, prefix[off:])
+			b.bytesFetched.Add(int64(len(q)))
+			close(pc.done)
+			continue
+		}
 		g.Go(func() error {
 			if err := b.readFull(ctx, q, off); err != nil {
 				return err
@@ -86,7 +117,6 @@ func (b *Blocks) fetchPieces(ctx context.Context, blk *block, p []byte) error {
 			close(pc.done)
 			return nil
 		})
-		start = pc.end
 	}
 	return g.Wait()
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,7 +86,8 @@ var (
 
 // TestRampRanges checks the requests of a stream: its first block in
 // growing pieces that tile it, unless it is cached, fits in the first
-// piece or pieces are off, and the blocks after it whole.
+// piece or pieces are off, the second in pieces as long as the first's
+// longest, and the blocks after them whole.
 func TestRampRanges(t *testing.T) {
 	tests := []struct {
 		name                   string
@@ -93,10 +95,11 @@ func TestRampRanges(t *testing.T) {
 		cached                 bool // block 0 read with ReadAt before the stream
 		want                   [][2]int64
 	}{
+		// Block 1 in pieces as long as block 0's longest.
 		{"doubling", 3*1024 + 100, 1024, 64, 0, false,
-			append(slices.Clone(rampPieces), [2]int64{1024, 1024}, [2]int64{2048, 1024}, [2]int64{3072, 100})},
+			append(slices.Clone(rampPieces), [2]int64{1024, 512}, [2]int64{1536, 512}, [2]int64{2048, 1024}, [2]int64{3072, 100})},
 		{"cut at the block's end", 2000, 1000, 100, 0, false,
-			[][2]int64{{0, 100}, {100, 100}, {200, 200}, {400, 400}, {800, 200}, {1000, 1000}}},
+			[][2]int64{{0, 100}, {100, 100}, {200, 200}, {400, 400}, {800, 200}, {1000, 400}, {1400, 400}, {1800, 200}}},
 		// Inside a block nobody has: its rest alone, nothing before.
 		{"starting in block 1", 3 * 1024, 1024, 64, 1500, false, [][2]int64{{1500, 548}, {2048, 1024}}},
 		{"short object", 150, 1024, 64, 0, false, [][2]int64{{0, 64}, {64, 64}, {128, 22}}},
@@ -104,16 +107,26 @@ func TestRampRanges(t *testing.T) {
 		{"block of one piece", 2048, 1024, 1024, 0, false, [][2]int64{{0, 1024}, {1024, 1024}}},
 		{"default first piece over small blocks", 2048, 1024, 0, 0, false, [][2]int64{{0, 1024}, {1024, 1024}}},
 		{"default first piece", 512 << 10, 256 << 10, 0, 0, false,
-			[][2]int64{{0, 64 << 10}, {64 << 10, 64 << 10}, {128 << 10, 128 << 10}, {256 << 10, 256 << 10}}},
+			[][2]int64{{0, 64 << 10}, {64 << 10, 64 << 10}, {128 << 10, 128 << 10}, {256 << 10, 128 << 10}, {384 << 10, 128 << 10}}},
 		{"off", 2048, 1024, -1, 0, false, [][2]int64{{0, 1024}, {1024, 1024}}},
-		{"first block cached", 3 * 1024, 1024, 64, 0, true, [][2]int64{{0, 1024}, {1024, 1024}, {2048, 1024}}},
+		{"first block cached", 3 * 1024, 1024, 64, 0, true, [][2]int64{{0, 1024}, {1024, 512}, {1536, 512}, {2048, 1024}}},
+		// The source's open brought the first 100 bytes (prefixBytes):
+		// the first piece takes no request; the second, which they do
+		// not cover whole, takes one.
+		{"prefix", 3*1024 + 100, 1024, 64, 0, false,
+			append(slices.Clone(rampPieces[1:]), [2]int64{1024, 512}, [2]int64{1536, 512}, [2]int64{2048, 1024}, [2]int64{3072, 100})},
+		{"prefix, starting in block 1", 3 * 1024, 1024, 64, 1500, false, [][2]int64{{1500, 548}, {2048, 1024}}},
 	}
 	for _, tt := range tests {
 		for _, how := range []string{"Read", "WriteTo"} {
 			t.Run(tt.name+"/"+how, func(t *testing.T) {
 				data := randomBytes(int(tt.size), uint64(tt.size))
 				src := newMemSource(data)
-				b := newTestBlocks(t, src, BlocksOptions{BlockSize: tt.bs, Workers: 2, FirstPiece: tt.first})
+				var from Source = src
+				if strings.HasPrefix(tt.name, "prefix") {
+					from = prefixSource{src, data[:prefixBytes]}
+				}
+				b := newTestBlocks(t, from, BlocksOptions{BlockSize: tt.bs, Workers: 2, FirstPiece: tt.first})
 				if tt.cached {
 					_, err := b.ReadAt(t.Context(), make([]byte, 1), 0)
 					require.NoError(t, err)
@@ -138,6 +151,17 @@ func TestRampRanges(t *testing.T) {
 		}
 	}
 }
+
+// prefixSource is a Source whose open brought its first bytes (Prefixer).
+type prefixSource struct {
+	*memSource
+	prefix []byte
+}
+
+func (s prefixSource) Prefix() []byte { return s.prefix }
+
+// prefixBytes is how much of the object a prefixSource of the tests holds.
+const prefixBytes = 100
 
 // TestRampPrefix: a stream returns the bytes of the pieces that arrived
 // in order while the later ones are held, and no more.
@@ -201,8 +225,8 @@ func TestRampShared(t *testing.T) {
 		got, err := io.ReadAll(s)
 		return got, data, err
 	}
-	ramped := append(slices.Clone(rampPieces), [2]int64{1024, 1024}, [2]int64{2048, 1024})
-	whole := [][2]int64{{0, 1024}, {1024, 1024}, {2048, 1024}}
+	ramped := append(slices.Clone(rampPieces), [2]int64{1024, 512}, [2]int64{1536, 512}, [2]int64{2048, 1024})
+	whole := [][2]int64{{0, 1024}, {1024, 512}, {1536, 512}, {2048, 1024}}
 	tests := []struct {
 		name    string
 		read    func(*Blocks) ([]byte, []byte, error)

@@ -268,6 +268,14 @@ func (s *retrySource) FirstByte() (byte, bool) {
 	return 0, false
 }
 
+// Prefix is the wrapped source's (Prefixer).
+func (s *retrySource) Prefix() []byte {
+	if p, ok := s.src.(Prefixer); ok {
+		return p.Prefix()
+	}
+	return nil
+}
+
 // ReadAt reads like src.ReadAt, retrying as WithRetry describes.
 //
 //	off                     off+done                       off+len(p)

@@ -276,6 +276,14 @@ type FirstByter interface {
 	FirstByte() (b byte, ok bool)
 }
 
+// Prefixer is a Source that holds the object's first bytes, which its
+// open fetched with the identity (HTTP: ProbeRange). A stream from the
+// start of the object takes them from there instead of asking again
+// (Blocks.Stream). The slice is shared: callers must not modify it.
+type Prefixer interface {
+	Prefix() []byte
+}
+
 // Open parses rawURL, fetches the object's identity with one request and
 // returns a Source pinned to it.
 //

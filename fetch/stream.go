@@ -21,7 +21,8 @@ import (
 // (BlocksOptions.FirstPiece, ramp.go), and the stream returns the bytes
 // of each piece once it and the pieces before it have arrived: the first
 // bytes come after about one round trip plus their own bytes instead of
-// after the whole block. Later blocks are fetched whole. If a piece fails,
+// after the whole block. The block after it comes in pieces too, as long
+// as the first block's last; later blocks are fetched whole. If a piece fails,
 // the block fails: the stream returns the bytes of the pieces before it,
 // then the error.
 //
@@ -49,7 +50,7 @@ import (
 // with ErrClosed; after b.Close they do once the read-ahead already
 // fetched is used up.
 func (b *Blocks) Stream(ctx context.Context, off int64) io.ReadCloser {
-	s := &stream{b: b, ctx: ctx, ahead: make([]*block, 0, b.workers+1), ramp: true}
+	s := &stream{b: b, ctx: ctx, ahead: make([]*block, 0, b.workers+1), ramp: rampFirst}
 	if off < 0 {
 		s.err = fmt.Errorf("stream %s at %d: negative offset", b.src, off)
 		return s
@@ -86,7 +87,7 @@ func (s *stream) startFirst() {
 	}()
 	s.first = h
 	s.next++
-	s.ramp = false
+	s.ramp = rampDone
 }
 
 // dropFirst ends the first piece's fetch, if any, and lets its bytes go.
@@ -122,9 +123,18 @@ type stream struct {
 	next  int64       // index of the next block to request
 	ahead []*block    // requested blocks, in order
 	err   error       // sticky: a failed fetch, a done ctx, Close
-	ramp  bool        // the next block requested is the first: fetch it in pieces
+	ramp  rampStep    // how the next block requested is fetched
 	first *firstPiece // the stream's first bytes, fetched alone, while pos is in them; else nil
 }
+
+// rampStep says how a stream's next block is fetched (ramp.go).
+type rampStep uint8
+
+const (
+	rampFirst  rampStep = iota // the first block: in pieces from FirstPiece
+	rampSecond                 // the second: in pieces as long as the first's last
+	rampDone                   // whole
+)
 
 // fill requests blocks until the read-ahead window is full: Workers+1
 // blocks, the first piece counted as one.
@@ -144,9 +154,13 @@ func (s *stream) fill() {
 		return
 	}
 	for s.next < b.nblocks && len(s.ahead) <= most {
-		if s.ramp {
-			s.ramp = false
-			b.rampLocked(s.next)
+		switch s.ramp {
+		case rampFirst:
+			b.rampLocked(s.next, b.firstPiece)
+			s.ramp = rampSecond
+		case rampSecond:
+			b.rampLocked(s.next, b.secondPiece())
+			s.ramp = rampDone
 		}
 		s.ahead = append(s.ahead, b.getLocked(s.next, false))
 		s.next++

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/internal/testutil"
 	"github.com/tarmount/tarmount/internal/testutil/corpus"
 	"github.com/tarmount/tarmount/internal/testutil/shaped"
@@ -225,8 +226,8 @@ func TestMountThroughProxy(t *testing.T) {
 					direct++
 				}
 				// Every range request but the probes that learn an object's
-				// identity (bytes=0-0) is pinned to the version opened.
-				if r := h.Get("Range"); r != "" && r != "bytes=0-0" {
+				// identity (fetch.ProbeRange) is pinned to the version opened.
+				if r := h.Get("Range"); r != "" && r != fetch.ProbeRange {
 					ranged++
 					if h.Get("If-Match") == `"v1"` {
 						pinned++
