@@ -168,7 +168,9 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 	defer pre.wait()
 	defer remote.stop()
 	defer func() { side.stop() }() // lookup may start it
-	base, disk, err := opts.openCached(ctx, url)
+	// Without an index at hand, a first pass from the start will most
+	// likely follow (unless a published or embedded index turns up).
+	base, disk, err := opts.openCached(ctx, url, pre == nil && remote == nil && opts.IndexFile == "")
 	if err != nil {
 		return nil, err
 	}

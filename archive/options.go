@@ -154,17 +154,21 @@ func (o *Options) retryOptions() fetch.RetryOptions {
 // openSource opens url with the retry policy, so that the block cache,
 // the index pass and span reads all see a source whose reads are retried
 // and bounded in time. disk, when not nil, keeps whole copies of objects
-// whose server ignores ranges.
-func (o *Options) openSource(ctx context.Context, url string, disk *fetch.DiskCache) (fetch.Source, error) {
-	return fetch.OpenWithRetry(ctx, url, o.fetchOptions(disk), o.retryOptions())
+// whose server ignores ranges. pass says that a pass from the start of
+// the archive is likely to follow: the open then brings its first bytes
+// (fetch.Options.Prefix).
+func (o *Options) openSource(ctx context.Context, url string, disk *fetch.DiskCache, pass bool) (fetch.Source, error) {
+	fo := o.fetchOptions(disk)
+	fo.Prefix = pass
+	return fetch.OpenWithRetry(ctx, url, fo, o.retryOptions())
 }
 
 // openCached opens the disk cache (nil when there is none) and the source
-// at url with it, which keeps whole copies of objects whose server
-// ignores ranges; it closes the cache again when the source fails.
-func (o *Options) openCached(ctx context.Context, url string) (fetch.Source, *fetch.DiskCache, error) {
+// at url with it (openSource), which keeps whole copies of objects whose
+// server ignores ranges; it closes the cache again when the source fails.
+func (o *Options) openCached(ctx context.Context, url string, pass bool) (fetch.Source, *fetch.DiskCache, error) {
 	disk := o.openDiskCache()
-	src, err := o.openSource(ctx, url, disk)
+	src, err := o.openSource(ctx, url, disk, pass)
 	if err != nil {
 		if disk != nil {
 			disk.Close()

@@ -38,7 +38,7 @@ func Pack(ctx context.Context, src, out string, level int, opts Options) (*index
 	} else {
 		// The disk cache holds the copy of an object whose server
 		// ignores ranges; the pass itself needs no cached blocks.
-		s, disk, err := opts.openCached(ctx, src)
+		s, disk, err := opts.openCached(ctx, src, true)
 		if err != nil {
 			return nil, err
 		}

@@ -47,7 +47,7 @@ type BlocksOptions struct {
 
 // Stats are counters since NewBlocks, and the current cache size.
 type Stats struct {
-	Requests     int64 // range reads issued to the Source (a block in pieces makes one a piece)
+	Requests     int64 // range reads issued to the Source (a block in pieces makes one a piece; the open's, once its bytes are used)
 	BytesFetched int64 // bytes those reads returned
 	InFlight     int64 // bytes asked of the Source by reads not yet returned, now
 	CacheHits    int64 // block lookups served from memory
@@ -98,12 +98,13 @@ type Blocks struct {
 	work       *sync.Cond         // on mu: a fetch was queued, or Close
 	wg         sync.WaitGroup     // worker goroutines
 	disk       *DiskCache         // nil = none
-	prefix     []byte             // the object's first bytes, which src holds (Prefixer); read by fetchPieces
+	prefix     []byte             // the object's first bytes, which src holds (Prefixer)
 	diskKey    string             // src.Identity().Key() when disk is set
 
 	requests, bytesFetched, inFlight, hits, misses, evictions atomic.Int64
 	diskHits, diskBytes, diskWrites, diskDropped              atomic.Int64
 	prefetches                                                atomic.Int64
+	prefixUsed                                                atomic.Bool // fromPrefix counted the open's fetch
 
 	mu sync.Mutex
 	// guarded by mu
@@ -730,9 +731,12 @@ func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 		return buf, nil
 	}
 	var err error
-	if blk.pieces != nil {
+	switch {
+	case blk.pieces != nil:
 		err = b.fetchPieces(ctx, blk, p)
-	} else {
+	case b.fromPrefix(p, blk.off):
+		// A block no longer than the first piece is not cut in pieces.
+	default:
 		err = b.readFull(ctx, p, blk.off)
 	}
 	if b.log.Enabled(ctx, slog.LevelDebug) {
@@ -749,6 +753,22 @@ func (b *Blocks) fetch(ctx context.Context, blk *block) (*[]byte, error) {
 	// A block fetched in pieces keeps its buffer even when it failed:
 	// streams may be reading the pieces that arrived (publishLocked).
 	return buf, err
+}
+
+// fromPrefix copies p at off from the bytes the source's open fetched
+// (Prefixer), if they hold it all, and reports whether it did. The first
+// use counts the open's request and its bytes as a fetch, since a fetch
+// is what it spares; later ones count as nothing, as a cache hit.
+func (b *Blocks) fromPrefix(p []byte, off int64) bool {
+	if off < 0 || off+int64(len(p)) > int64(len(b.prefix)) {
+		return false
+	}
+	copy(p, b.prefix[off:])
+	if b.prefixUsed.CompareAndSwap(false, true) {
+		b.requests.Add(1)
+		b.bytesFetched.Add(int64(len(b.prefix)))
+	}
+	return true
 }
 
 // readFull reads all of p at off from the source; fewer bytes than

@@ -124,7 +124,7 @@ func (s *faultServer) next(rng string) fault {
 
 func (s *faultServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rng := r.Header.Get("Range")
-	if rng == "" || rng == ProbeRange {
+	if rng == "" || rng == "bytes=0-0" {
 		s.serve(w, r)
 		return
 	}

@@ -41,14 +41,16 @@ type httpSource struct {
 }
 
 // ProbeBytes is how much of an HTTP object its open asks for with the
-// identity: the first piece that a stream from the start fetches
+// identity when a stream from the start is likely to follow
+// (Options.Prefix): the first piece that such a stream fetches
 // (defaultFirstPiece), so that a first pass gets its first bytes one
 // round trip after the open starts, rather than two.
 const ProbeBytes = defaultFirstPiece
 
 // ProbeRange is the Range header of the request that opens an HTTP
-// source: the only ranged GET it sends without a precondition, since it
-// learns the identity that the others are pinned to.
+// source with Options.Prefix, and "bytes=0-0" without: the only ranged
+// GET it sends without a precondition, since it learns the identity that
+// the others are pinned to.
 var ProbeRange = rangeHeader(0, ProbeBytes-1)
 
 var _ Source = (*httpSource)(nil)
@@ -71,7 +73,11 @@ func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (
 		s.client = &http.Client{Transport: newSpreadTransport(baseTransport(), conns, opts.HTTP1), CheckRedirect: checkRedirect}
 		s.ownClient = true
 	}
-	id, err := s.probe(ctx)
+	probe := "bytes=0-0"
+	if opts.Prefix {
+		probe = ProbeRange
+	}
+	id, err := s.probe(ctx, probe)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", s.name, err)
 	}
@@ -89,16 +95,19 @@ func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (
 	return s, nil
 }
 
-// probe learns the identity with one GET of the first ProbeBytes, which
-// it keeps (ReadAt serves them): a 206 carries the size in Content-Range.
+// probe learns the identity with one GET of the range probe (the first
+// byte, or ProbeRange), whose bytes it keeps: a 206 carries the size in
+// Content-Range.
 // A 200 (range ignored) gives Content-Length, and a HEAD is the last
 // resort when neither gives a size.
-func (s *httpSource) probe(ctx context.Context) (Identity, error) {
+func (s *httpSource) probe(ctx context.Context, probe string) (Identity, error) {
+	m := meterFrom(ctx) // the stall watchdog's, if any: as a read's
+	m.arm()
 	req, err := s.newRequest(ctx, http.MethodGet)
 	if err != nil {
 		return Identity{}, err
 	}
-	req.Header.Set("Range", ProbeRange)
+	req.Header.Set("Range", probe)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return Identity{}, classifyTransport(ctx, unwrapURLError(err))
@@ -108,16 +117,16 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		cr, ok := parseContentRange(resp.Header.Get("Content-Range"))
-		if !ok || cr.first != 0 || cr.last >= ProbeBytes {
-			return Identity{}, fmt.Errorf("bad Content-Range %q for %s", resp.Header.Get("Content-Range"), ProbeRange)
+		if !ok || cr.first != 0 {
+			return Identity{}, fmt.Errorf("bad Content-Range %q for %s", resp.Header.Get("Content-Range"), probe)
 		}
 		if cr.size >= 0 {
 			id.Size = cr.size
-			// The bytes are kept only when they are exactly what the
-			// reply says; else reads fetch them again.
-			if cr.last >= 0 && cr.last == min(cr.size, ProbeBytes)-1 {
+			// The bytes are kept when the reply holds all it says
+			// it does, and no more than asked for.
+			if cr.last >= 0 && cr.last < min(cr.size, ProbeBytes) {
 				head := make([]byte, cr.last+1)
-				if _, err := io.ReadFull(resp.Body, head); err == nil {
+				if _, err := io.ReadFull(m.reader(resp.Body), head); err == nil {
 					s.prefix = head
 				}
 			}
@@ -144,7 +153,7 @@ func (s *httpSource) probe(ctx context.Context) (Identity, error) {
 			return id, nil
 		}
 	case http.StatusRequestedRangeNotSatisfiable:
-		// Some servers answer "bytes=0-0" on an empty object this way.
+		// Some servers answer a range on an empty object this way.
 		if cr, ok := parseContentRange(resp.Header.Get("Content-Range")); ok && cr.first < 0 && cr.size == 0 {
 			id.Size = 0
 			return id, nil

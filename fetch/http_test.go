@@ -87,7 +87,7 @@ func (o *object) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", etag)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if shortBody && r.Header.Get("Range") != ProbeRange {
+	if shortBody && r.Header.Get("Range") != "bytes=0-0" {
 		w = &halfWriter{ResponseWriter: w, left: -1}
 	}
 	if bytesPerSec > 0 {
@@ -191,7 +191,7 @@ func TestHTTPRequests(t *testing.T) {
 			require.NoError(t, err)
 			reqs := o.requests()
 			require.Len(t, reqs, 1, "Open must send one request")
-			require.Equal(t, ProbeRange, reqs[0].Get("Range"))
+			require.Equal(t, "bytes=0-0", reqs[0].Get("Range"))
 
 			_, err = src.ReadAt(t.Context(), make([]byte, 100), 900)
 			require.NoError(t, err)
@@ -417,24 +417,27 @@ func TestHTTPConnectionReuse(t *testing.T) {
 	require.Equal(t, int64(1), o.conns.Load(), "sequential requests must reuse one connection")
 }
 
-// TestHTTPPrefix checks that the open keeps the bytes its probe brought
-// (the whole of a small object, ProbeRange of a larger one), and that a
-// stream from the start of an object fetched in pieces asks for none of
-// them again.
+// TestHTTPPrefix checks that an open with Options.Prefix asks for
+// ProbeRange and keeps the bytes (the whole of a small object, ProbeBytes
+// of a larger one), and that a stream from the start of an object
+// fetched in pieces asks for none of them again; without Prefix the open
+// asks for the first byte only.
 func TestHTTPPrefix(t *testing.T) {
 	for _, size := range []int{1000, ProbeBytes, 3 << 20} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			o := &object{data: randomBytes(size, 3), etag: `"v1"`}
 			srv := newTestServer(t, o)
-			src, err := Open(t.Context(), srv.URL+"/a.tar", Options{})
+			plain, err := Open(t.Context(), srv.URL+"/a.tar", Options{})
+			require.NoError(t, err)
+			plain.Close()
+			src, err := Open(t.Context(), srv.URL+"/a.tar", Options{Prefix: true})
 			require.NoError(t, err)
 			defer src.Close()
+			reqs := o.requests()
+			require.Equal(t, []string{"bytes=0-0", ProbeRange}, []string{reqs[0].Get("Range"), reqs[1].Get("Range")})
 			pf, ok := src.(Prefixer)
 			require.True(t, ok, "an HTTP source is a Prefixer")
 			require.True(t, bytes.Equal(o.data[:min(size, ProbeBytes)], pf.Prefix()), "prefix")
-			if size <= ProbeBytes {
-				return // a block of one piece is fetched whole, as ever
-			}
 
 			b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 20})
 			s := b.Stream(t.Context(), 0)
@@ -443,7 +446,7 @@ func TestHTTPPrefix(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, bytes.Equal(o.data, got), "streamed bytes")
 			var ranges []string
-			for _, h := range o.requests()[1:] {
+			for _, h := range o.requests()[2:] {
 				ranges = append(ranges, h.Get("Range"))
 			}
 			for _, r := range ranges {
@@ -456,13 +459,13 @@ func TestHTTPPrefix(t *testing.T) {
 	}
 }
 
-// TestHTTPProbeFallbacks covers servers whose reply to ProbeRange does
+// TestHTTPProbeFallbacks covers servers whose reply to "bytes=0-0" does
 // not carry the size.
 func TestHTTPProbeFallbacks(t *testing.T) {
 	data := randomBytes(300, 5)
 	tests := []struct {
 		name     string
-		probe    func(w http.ResponseWriter) // answer to the GET of ProbeRange
+		probe    func(w http.ResponseWriter) // answer to the GET bytes=0-0
 		wantSize int64
 		wantErr  string
 	}{
@@ -493,7 +496,7 @@ func TestHTTPProbeFallbacks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodGet && r.Header.Get("Range") == ProbeRange {
+				if r.Method == http.MethodGet && r.Header.Get("Range") == "bytes=0-0" {
 					tt.probe(w)
 					return
 				}

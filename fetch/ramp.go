@@ -98,15 +98,11 @@ func (b *Blocks) fetchPieces(ctx context.Context, blk *block, p []byte) error {
 	blk.partial = p
 	g, ctx := errgroup.WithContext(ctx)
 	start := 0
-	prefix := b.prefix
 	for i := range blk.pieces {
 		pc := &blk.pieces[i]
 		q, off := p[start:pc.end], blk.off+int64(start)
 		start = pc.end
-		if off+int64(len(q)) <= int64(len(prefix)) {
-			// Fetched with the identity, when the source was opened.
-			copy(q, prefix[off:])
-			b.bytesFetched.Add(int64(len(q)))
+		if b.fromPrefix(q, off) {
 			close(pc.done)
 			continue
 		}

@@ -242,6 +242,12 @@ type Options struct {
 	// HTTP1 keeps HTTP(S) sources on HTTP/1.1 even when the server offers
 	// HTTP/2, for proxies that handle HTTP/2 badly.
 	HTTP1 bool
+	// Prefix says that a stream from the start of the object is likely
+	// to follow the open (a first pass): the open of an HTTP(S) source
+	// then asks for the first ProbeBytes with the identity (ProbeRange)
+	// rather than the first byte, and keeps them (Prefixer), so that the
+	// stream's first bytes come one round trip after the open starts.
+	Prefix bool
 
 	// s3:// only. Credentials come from the standard AWS chain
 	// (environment, shared config and credentials files, web identity,
