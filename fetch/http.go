@@ -37,7 +37,8 @@ type httpSource struct {
 	copies             *DiskCache // Options.Copies
 	copyPath           string     // set by probe when the server ignores ranges
 	ownClient          bool       // client was made for this source: Close closes its connections
-	prefix             []byte     // the object's first bytes, from the probe's reply (Prefixer)
+	prefix             []byte     // the object's first bytes, from the probe's reply
+	wantPrefix         bool       // Options.Prefix: Prefix returns prefix
 }
 
 // ProbeBytes is how much of an HTTP object its open asks for with the
@@ -75,7 +76,7 @@ func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (
 	}
 	probe := "bytes=0-0"
 	if opts.Prefix {
-		probe = ProbeRange
+		probe, s.wantPrefix = ProbeRange, true
 	}
 	id, err := s.probe(ctx, probe)
 	if err != nil {
@@ -290,9 +291,14 @@ func (s *httpSource) newRequest(ctx context.Context, method string) (*http.Reque
 
 func (s *httpSource) Identity() Identity { return s.id }
 
-// Prefix returns the object's first bytes, which the probe fetched
-// (Prefixer).
-func (s *httpSource) Prefix() []byte { return s.prefix }
+// Prefix returns the object's first bytes, which the probe fetched when
+// asked to (Options.Prefix), else nil (Prefixer).
+func (s *httpSource) Prefix() []byte {
+	if !s.wantPrefix {
+		return nil
+	}
+	return s.prefix
+}
 
 // FirstByte returns the object's first byte, which the probe fetched.
 func (s *httpSource) FirstByte() (byte, bool) {

@@ -429,6 +429,7 @@ func TestHTTPPrefix(t *testing.T) {
 			srv := newTestServer(t, o)
 			plain, err := Open(t.Context(), srv.URL+"/a.tar", Options{})
 			require.NoError(t, err)
+			require.Nil(t, plain.(Prefixer).Prefix(), "prefix without Options.Prefix")
 			plain.Close()
 			src, err := Open(t.Context(), srv.URL+"/a.tar", Options{Prefix: true})
 			require.NoError(t, err)
