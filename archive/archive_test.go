@@ -40,11 +40,17 @@ func testTree(files int) map[string][]byte {
 // tarGz writes tree as a tar.gz.
 func tarGz(t *testing.T, tree map[string][]byte) []byte {
 	t.Helper()
+	return tarbuild.Gzip(treeTar(t, tree))
+}
+
+// treeTar writes tree as a tar.
+func treeTar(t *testing.T, tree map[string][]byte) []byte {
+	t.Helper()
 	var entries []tarbuild.Entry
 	for name, data := range tree {
 		entries = append(entries, tarbuild.Entry{Name: name, Body: data})
 	}
-	return tarbuild.Gzip(tarbuild.Go(t, tar.FormatPAX, entries...))
+	return tarbuild.Go(t, tar.FormatPAX, entries...)
 }
 
 // checkTree checks that dir holds the files of tree.

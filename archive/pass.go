@@ -182,13 +182,14 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 		}
 	}
 	// A pass that stopped early kept a partial index: this one resumes
-	// at its latest checkpoint and fetches only the rest.
+	// at its latest checkpoint and fetches only the rest, past the bytes
+	// it kept from there on (its tail).
 	partial := partialPath(a.opts.CacheDir, a.base.String(), a.Identity())
 	resume, err := index.LoadPartial(partial, a.Identity())
 	switch {
 	case err == nil && !a.opts.Rebuild:
 		log.Info("resuming the index pass", "src", a.String(), "members", resume.Members(),
-			"done", fmt.Sprintf("%.0f%%", 100*float64(resume.In())/float64(max(size, 1))))
+			"done", fmt.Sprintf("%.0f%%", 100*float64(resume.In())/float64(max(size, 1))), "kept", resume.From()-resume.In())
 	case err != nil && !errors.Is(err, index.ErrNoPartial):
 		log.Warn("could not read the partial index: the pass starts from the beginning", "path", partial, "err", err)
 		fallthrough
@@ -197,7 +198,7 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	}
 	var from int64
 	if resume != nil {
-		from = resume.In()
+		from = resume.From()
 	}
 	stream := a.blocks.Stream(ctx, from)
 	defer stream.Close()
@@ -226,7 +227,7 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	// With an index, open said its notes: a pass that reads the archive
 	// again (to decode it, or to extract it in one stream) does not.
 	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, QuietNotes: a.ix != nil, Live: live, OnMember: onMember,
-		OnProgress: progress, Resume: resume, Partial: partial}
+		OnProgress: progress, Resume: resume, Partial: partial, Cached: a.blocks.ReadCached}
 	if decoded != nil {
 		bopts.Local = decoded
 	}
@@ -251,7 +252,7 @@ type passProgress struct {
 	read       atomic.Int64 // bytes of the archive as stored read by the pass (from the start, when resumed)
 	members    atomic.Int64 // archive members (tar headers) read by the pass (and the one it resumed)
 	ok         atomic.Bool  // the pass ended and succeeded
-	base       atomic.Int64 // where the pass resumed from an earlier one's partial index (0: from the start)
+	base       atomic.Int64 // where the pass resumed fetching, from an earlier one's partial index (0: from the start)
 }
 
 func (p *passProgress) begin(t time.Time) {

@@ -84,8 +84,9 @@ type PassStatus struct {
 	ETASeconds         float64 `json:"eta_seconds"`
 	ElapsedSeconds     float64 `json:"elapsed_seconds"`
 	Entries            int64   `json:"entries"` // archive members read so far
-	// ResumedFrom is where the pass resumed, in the archive as stored,
-	// from the partial index of an earlier pass that stopped early (0:
+	// ResumedFrom is where the pass resumed fetching, in the archive as
+	// stored, from the partial index of an earlier pass that stopped
+	// early: its latest checkpoint, past the bytes it kept from there (0:
 	// it started at the beginning).
 	ResumedFrom int64 `json:"resumed_from,omitempty"`
 	Running     bool  `json:"running"`

@@ -55,14 +55,22 @@ type BuildOptions struct {
 	Live *Live
 	// Resume, if set, is the partial index of an earlier pass over the
 	// same object that stopped early (LoadPartial): r then yields the
-	// object from Resume.In() on, and the pass goes on from there with
-	// Resume's span. OnMember sees only the members after it.
+	// object from Resume.From() on (Build reads the bytes from
+	// Resume.In() to there from Resume's tail first), and the pass goes on
+	// from Resume.In() with Resume's span. OnMember sees only the members
+	// after it.
 	Resume *Partial
 	// Partial, if not "", is where the pass keeps its partial index as it
 	// goes (it continues Resume's), for a codec whose pass can resume:
 	// Build removes it when the pass ends or fails for good, and leaves
 	// it when ctx stops the pass (or the process dies).
 	Partial string
+	// Cached, if set, copies the object's bytes at off into p when they
+	// are at hand without fetching (fetch.Blocks.ReadCached), and reports
+	// whether it did. A pass that ctx stops keeps those from its latest
+	// resume point to where it had read in its partial index (its tail),
+	// so that the next pass need not fetch them again.
+	Cached func(p []byte, off int64) bool
 }
 
 // Build reads the whole archive from r, which yields the object as stored
@@ -103,6 +111,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			return nil, fmt.Errorf("%w: the partial index was built for %s", ErrIdentity, p.Source)
 		}
 		codec, opts.Span = p.Codec, p.Span
+		pr.r = &tailReader{tail: p.tail, r: r}
 		pr.consumed.Store(p.In())
 	} else {
 		var head []byte
@@ -130,7 +139,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		log.Warn("could not keep a partial index: an interrupted pass starts again", "path", opts.Partial, "err", err)
 	}
 	if plog != nil {
-		defer func() { plog.end(ctx, err, log) }()
+		// After the decoder has stopped (deferred below): pr.consumed
+		// is then where the pass had read to.
+		defer func() { plog.end(ctx, err, log, pr.consumed.Load(), opts.Cached) }()
 	}
 	var tarStream io.Reader = pr
 	var dec passDecoder

@@ -33,6 +33,12 @@ import (
 //	      checkpoints (with the pass's state there: a gzip member's or lz4
 //	      frame's checksums so far) and span digests recorded since the
 //	      previous 'R'
+//	  'T' the tail, written once, when ctx stops the pass: the number of
+//	      the resume point it follows (1 for the first 'R'), where its
+//	      checkpoint starts in the archive as stored (Partial.In), and
+//	      then, to the end of the payload, the archive's bytes from there
+//	      on that the pass had read and still held (Build's
+//	      BuildOptions.Cached), at most maxTailBytes
 //
 // A resume point is written at the first member header after each new
 // checkpoint (every span of a plain tar): the pass resumes at its latest
@@ -41,20 +47,43 @@ import (
 // checkpoints: a resumed pass ends with the same index as one that never
 // stopped. A torn or damaged record ends the file: the latest resume point
 // before it is used. Only codecs whose pass can start at a checkpoint
-// write one (codec.resume: plain tar, gzip, lz4, zstd at frame starts),
-// and only up to the first span served from the decoded copy (a zstd frame
-// too big to decode per read), which a stopped pass does not keep.
+// write one (codec.resume: plain tar, gzip, lz4, zstd at frame starts,
+// bzip2 and xz at block starts), and only up to the first span served
+// from the decoded copy (a zstd frame too big to decode per read), which
+// a stopped pass does not keep.
+//
+// The tail spares the next pass fetching again what this one had read
+// past its latest checkpoint: a whole xz block (24 MiB of tar from
+// xz -T2 -6), for one. The next pass reads it first, then fetches from
+// Partial.From on. It is used only when it follows the latest resume point
+// in the file and names it and its offset; its CRC, the identity record
+// and the checks of the pass itself (the codec's checksums, the span
+// digests computed again) stand against wrong bytes. A torn, damaged or
+// stale tail is left unused: the pass fetches those bytes again. A crash
+// writes no tail.
 
 const (
-	partialVersion = 2
+	partialVersion = 3 // 3: the tail record
 	partialMagic   = "TARMOUNT-PART\n\x00\x00"
 )
+
+// maxTailBytes bounds the tail a stopped pass keeps: a whole xz block of
+// xz -T2 -6 (24 MiB of tar, at most a little more stored) fits, and the
+// memory the tail takes while it is written and read back stays small
+// beside the block cache it comes from (half of --cache-mem, 128 MiB by
+// default).
+const maxTailBytes = 32 << 20
+
+// tailChunk is the unit in which the tail is copied from the block cache:
+// the tail ends at the first chunk that is not all cached.
+const tailChunk = 64 << 10
 
 // Record types of a partial index.
 const (
 	recIdentity = 'I'
 	recHeader   = 'H'
 	recResume   = 'R'
+	recTail     = 'T'
 )
 
 // ErrNoPartial is returned by LoadPartial when there is no partial index
@@ -76,7 +105,9 @@ type Partial struct {
 	checkpoints []Checkpoint      // up to the one the pass resumes at
 	digests     []uint64          // of the spans before it
 	scan        tarscan.State
-	end         int64 // file offset after the latest resume point
+	end         int64  // file offset after the latest resume point
+	points      int    // resume points read
+	tail        []byte // the archive's bytes from In on, kept by the stopped pass
 }
 
 // In is where the resumed pass reads the archive as stored from: its
@@ -87,6 +118,10 @@ func (p *Partial) In() int64 {
 	}
 	return p.scan.Offset
 }
+
+// From is where the resumed pass fetches the archive from: In, past the
+// bytes the stopped pass kept in its tail (Build reads those first).
+func (p *Partial) From() int64 { return p.In() + int64(len(p.tail)) }
 
 // Members is the number of members the pass had read.
 func (p *Partial) Members() int { return len(p.headers) }
@@ -139,6 +174,10 @@ func LoadPartial(path string, id fetch.Identity) (*Partial, error) {
 				return finishPartial(p, path)
 			}
 			p.end = int64(pos)
+			p.points++
+			p.tail = nil // it was for an older resume point
+		case typ == recTail && known:
+			p.applyTail(d)
 		default:
 			return finishPartial(p, path)
 		}
@@ -174,6 +213,18 @@ func nextRecord(data []byte, pos int) (typ byte, payload []byte, next int, ok bo
 		return 0, nil, 0, false
 	}
 	return typ, payload, end + 4, true
+}
+
+// applyTail reads a tail record: it is kept when it is for the latest
+// resume point read, and ignored otherwise.
+func (p *Partial) applyTail(d *decoder) {
+	point, in := d.uvarint("resume point"), d.uvarint("tail offset")
+	tail := d.buf[min(d.pos, len(d.buf)):]
+	if d.err != nil || p.end == 0 || point != uint64(p.points) || in != uint64(p.In()) ||
+		len(tail) > maxTailBytes || in+uint64(len(tail)) > uint64(max(p.Source.Size, 0)) {
+		return
+	}
+	p.tail = tail
 }
 
 // applyResume reads a resume point whose members are headers[:count],
@@ -235,11 +286,13 @@ type partialLog struct {
 	buf     []byte // the record being written
 	hbuf    []byte // the header record's payload being encoded
 	err     error
-	members int   // headers written
-	points  int   // resume points in the file
-	cps     int   // checkpoints written
-	digests int   // digests written
-	lastOut int64 // plain tar: scan offset of the latest resume point
+	members int    // headers written
+	points  int    // resume points in the file
+	cps     int    // checkpoints written
+	digests int    // digests written
+	lastOut int64  // plain tar: scan offset of the latest resume point
+	in      int64  // where the latest resume point's checkpoint starts (Partial.In)
+	held    []byte // the tail the pass resumed with, until a resume point follows: the start of its own
 }
 
 // createPartialLog starts a new partial index at path (replacing one that
@@ -280,8 +333,8 @@ func appendPartialLog(path string, p *Partial) (*partialLog, error) {
 		f.Close()
 		return nil, err
 	}
-	return &partialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), members: len(p.headers), points: 1,
-		cps: len(p.checkpoints), digests: len(p.digests), lastOut: p.scan.Offset}, nil
+	return &partialLog{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), members: len(p.headers), points: p.points,
+		cps: len(p.checkpoints), digests: len(p.digests), lastOut: p.scan.Offset, in: p.In(), held: p.tail}, nil
 }
 
 // record appends one record.
@@ -291,9 +344,13 @@ func (l *partialLog) record(typ byte, payload []byte) {
 	}
 	l.buf = append(l.buf[:0], typ)
 	l.buf = binary.AppendUvarint(l.buf, uint64(len(payload)))
-	l.buf = append(l.buf, payload...)
-	l.buf = binary.LittleEndian.AppendUint32(l.buf, crc32.Checksum(payload, crcTable))
-	_, l.err = l.w.Write(l.buf)
+	if _, l.err = l.w.Write(l.buf); l.err == nil {
+		_, l.err = l.w.Write(payload)
+	}
+	if l.err == nil {
+		l.buf = binary.LittleEndian.AppendUint32(l.buf[:0], crc32.Checksum(payload, crcTable))
+		_, l.err = l.w.Write(l.buf)
+	}
 }
 
 // header logs the next member, once the pass has read it, with the
@@ -371,6 +428,10 @@ func (l *partialLog) resume(ix *Index, st tarscan.State) {
 	if err := l.flush(); err == nil {
 		l.cps, l.digests, l.lastOut = k+1, digests, st.Offset
 		l.points++
+		l.in, l.held = st.Offset, nil
+		if k >= 0 {
+			l.in = int64(ix.Checkpoints[k].In)
+		}
 	}
 }
 
@@ -384,15 +445,43 @@ func (l *partialLog) point(ix *Index, st tarscan.State) {
 
 // end closes the log of a pass that ended with err: it stays, for the
 // next pass to resume, only when ctx stopped the pass and it holds a
-// resume point.
-func (l *partialLog) end(ctx context.Context, err error, log *slog.Logger) {
+// resume point. It then ends with the tail: the archive's bytes from the
+// latest resume point to stood (where the pass had read to), those it
+// holds and those cached has.
+func (l *partialLog) end(ctx context.Context, err error, log *slog.Logger, stood int64, cached func(p []byte, off int64) bool) {
 	if err != nil && ctx.Err() != nil && l.points > 0 {
+		l.tail(stood, cached)
 		if cerr := l.Close(); cerr != nil {
 			log.Warn("could not keep the partial index: the next pass starts again", "path", l.path, "err", cerr)
 		}
 		return
 	}
 	l.Remove()
+}
+
+// tail logs the tail (see end), at most maxTailBytes of it; none when
+// none of it is at hand.
+func (l *partialLog) tail(stood int64, cached func(p []byte, off int64) bool) {
+	n := min(max(stood, l.in+int64(len(l.held)))-l.in, maxTailBytes)
+	if l.err != nil || n <= 0 {
+		return
+	}
+	e := &encoder{buf: make([]byte, 0, 2*binary.MaxVarintLen64+int(n))}
+	e.uvarint(uint64(l.points))
+	e.uvarint(uint64(l.in))
+	head := len(e.buf)
+	data := e.buf[head : head+int(n)]
+	got := int64(copy(data, l.held))
+	for cached != nil && got < n {
+		k := min(tailChunk-(l.in+got)%tailChunk, n-got)
+		if !cached(data[got:got+k], l.in+got) {
+			break
+		}
+		got += k
+	}
+	if got > 0 {
+		l.record(recTail, e.buf[:head+int(got)])
+	}
 }
 
 func (l *partialLog) flush() error {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,17 +36,22 @@ func resumeMembers() []member {
 	return ms
 }
 
+// resumeCases are the archives that resume, besides codecCases: gzip
+// members of 300 KiB of tar, and a plain tar.
+func resumeCases() []codecCase {
+	return []codecCase{
+		{"gzip-members", CodecGzip, true, func(_ testing.TB, raw []byte) []byte { return tarbuild.GzipMembers(raw, 300<<10, 6) }},
+		{"plain", CodecNone, true, func(_ testing.TB, raw []byte) []byte { return raw }},
+	}
+}
+
 // TestResumePass: a pass that ctx stops keeps a partial index; the next
 // pass resumes from it, reads the object only from its latest checkpoint
 // (the next member, for a plain tar) on, and ends with the same index as
 // a pass that never stopped. A pass that ends removes the partial index.
 func TestResumePass(t *testing.T) {
 	raw := tarBytes(t, resumeMembers())
-	cases := []codecCase{
-		{"gzip-members", CodecGzip, true, func(_ testing.TB, raw []byte) []byte { return tarbuild.GzipMembers(raw, 300<<10, 6) }},
-		{"plain", CodecNone, true, func(_ testing.TB, raw []byte) []byte { return raw }},
-	}
-	for _, c := range append(cases, codecCases()...) {
+	for _, c := range append(resumeCases(), codecCases()...) {
 		t.Run(c.name, func(t *testing.T) {
 			obj := c.make(t, raw)
 			c := struct{ obj []byte }{obj}
@@ -163,7 +169,7 @@ func xzBreakIndex(b []byte) {
 	binary.LittleEndian.PutUint32(ix[len(ix)-4:], crc32.ChecksumIEEE(ix[:len(ix)-4]))
 }
 
-// buildStopped runs a pass over obj (from its resume point, with
+// buildStopped runs a pass over obj (from where it fetches on resuming, with
 // opts.Resume) that is stopped, as its source would be, once it has read
 // member number stopAt; it returns the pass's error.
 func buildStopped(obj []byte, id fetch.Identity, opts BuildOptions, stopAt int) error {
@@ -172,7 +178,7 @@ func buildStopped(obj []byte, id fetch.Identity, opts BuildOptions, stopAt int) 
 	seen := 0
 	var r io.Reader = bytes.NewReader(obj)
 	if p := opts.Resume; p != nil {
-		seen, r = p.Members(), bytes.NewReader(obj[p.In():])
+		seen, r = p.Members(), bytes.NewReader(obj[p.From():])
 	}
 	opts.OnMember = func(*tarscan.Header, io.Reader) error {
 		if seen++; seen == stopAt {
@@ -255,4 +261,184 @@ func passResumes(ix *Index) bool {
 		}
 	}
 	return true
+}
+
+// cachedOf is a BuildOptions.Cached over obj that has every byte at hand.
+func cachedOf(obj []byte) func(p []byte, off int64) bool {
+	return func(p []byte, off int64) bool {
+		if off < 0 || off+int64(len(p)) > int64(len(obj)) {
+			return false
+		}
+		copy(p, obj[off:])
+		return true
+	}
+}
+
+// TestPartialTail: a pass that ctx stops keeps in its partial index the
+// bytes from its latest resume point to where it had read (its tail),
+// when Cached has them; the next pass reads them first and is given the
+// object only from there on (Partial.From), and ends with the index of a
+// whole pass. A pass resumed with a tail that stops again before a new
+// resume point keeps that tail, though Cached has nothing.
+func TestPartialTail(t *testing.T) {
+	raw := tarBytes(t, resumeMembers())
+	cases := resumeCases()
+	for _, c := range codecCases() {
+		switch c.name {
+		case "gzip", "zstd-go-frames", "lz4-go", "bzip2-cli", "xz-cli-blocks":
+			cases = append(cases, c)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			obj := c.make(t, raw)
+			id := fetch.Identity{Size: int64(len(obj)), ETag: `"v1"`}
+			const span = 256 << 10
+			full, err := Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: span})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !passResumes(full) {
+				t.Fatalf("a pass over %s does not resume", c.name)
+			}
+			want, _ := full.Marshal()
+			path := filepath.Join(t.TempDir(), "p.partial")
+			buildStopped(obj, id, BuildOptions{Span: span, Partial: path, Cached: cachedOf(obj)}, 200)
+			p, err := LoadPartial(path, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.From() <= p.In() || !bytes.Equal(p.tail, obj[p.In():p.From()]) {
+				t.Fatalf("got a tail of %d bytes from %d (equal to the archive's: %v), want the archive's bytes from there on",
+					p.From()-p.In(), p.In(), bytes.Equal(p.tail, obj[p.In():p.From()]))
+			}
+			// Stopped again at once, with nothing cached: the tail it
+			// resumed with stays, unless a resume point came since.
+			buildStopped(obj, id, BuildOptions{Span: span, Partial: path, Resume: p}, p.Members()+2)
+			q, err := LoadPartial(path, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.In() == p.In() && q.From() < p.From() {
+				t.Errorf("stopped again at the same resume point: got a tail to %d, want the one it resumed with, to %d", q.From(), p.From())
+			}
+			got, err := Build(context.Background(), bytes.NewReader(obj[q.From():]), id, BuildOptions{Span: span, Partial: path, Resume: q})
+			if err != nil {
+				t.Fatalf("resumed pass: %v", err)
+			}
+			if b, _ := got.Marshal(); !bytes.Equal(b, want) {
+				t.Error("the pass resumed with a tail gave another index than a whole pass")
+			}
+		})
+	}
+}
+
+// tailRecord is a tail record for resume point number point, at in.
+func tailRecord(point int, in int64, tail []byte) []byte {
+	e := &encoder{}
+	e.uvarint(uint64(point))
+	e.uvarint(uint64(in))
+	e.buf = append(e.buf, tail...)
+	rec := binary.AppendUvarint([]byte{recTail}, uint64(len(e.buf)))
+	rec = append(rec, e.buf...)
+	return binary.LittleEndian.AppendUint32(rec, crc32.Checksum(e.buf, crcTable))
+}
+
+// TestPartialTailChecked: a tail is used only whole, undamaged, and for
+// the latest resume point in the file, at its offset; else the pass
+// fetches those bytes again (From is In). One whose bytes are wrong but
+// whose CRC matches fails the resumed pass, which checks what it decodes.
+func TestPartialTailChecked(t *testing.T) {
+	obj := tarbuild.GzipMembers(tarBytes(t, resumeMembers()), 300<<10, 6)
+	id := fetch.Identity{Size: int64(len(obj))}
+	const span = 256 << 10
+	full, err := Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: span})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := full.Marshal()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.partial")
+	buildStopped(obj, id, BuildOptions{Span: span, Partial: path, Cached: cachedOf(obj)}, 250)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := LoadPartial(path, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.From() <= p.In() || int(p.end) >= len(data) {
+		t.Fatalf("got a tail from %d to %d ending the file at %d of %d, want one", p.In(), p.From(), p.end, len(data))
+	}
+	// The file's resume points, and the partial index that each ends.
+	var ends []int
+	for pos := len(partialMagic) + 4; pos < int(p.end); {
+		typ, _, next, ok := nextRecord(data, pos)
+		if !ok {
+			t.Fatalf("record at %d unreadable", pos)
+		}
+		if pos = next; typ == recResume {
+			ends = append(ends, pos)
+		}
+	}
+	if len(ends) < 2 {
+		t.Fatalf("%d resume points, want two or more", len(ends))
+	}
+	prev := filepath.Join(dir, "prev")
+	os.WriteFile(prev, data[:ends[len(ends)-2]], 0o644)
+	older, err := LoadPartial(prev, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	olderTail := tailRecord(len(ends)-1, older.In(), obj[older.In():older.In()+1000])
+	wrong := bytes.Clone(p.tail)
+	wrong[len(wrong)/2] ^= 1
+	for _, c := range []struct {
+		name string
+		file []byte
+		from int64 // want From
+	}{
+		{"whole", data, p.From()},
+		{"torn", data[:len(data)-5], p.In()},
+		{"torn-head", data[:int(p.end)+2], p.In()},
+		{"damaged", func() []byte { b := bytes.Clone(data); b[len(b)-10] ^= 1; return b }(), p.In()},
+		// The same records, with the tail of the resume point before
+		// the latest: it is used there, and not once a resume point
+		// follows it.
+		{"older-alone", append(bytes.Clone(data[:ends[len(ends)-2]]), olderTail...), older.In() + 1000},
+		{"older", slices.Concat(data[:ends[len(ends)-2]], olderTail, data[ends[len(ends)-2]:p.end]), p.In()},
+		{"other-point", append(bytes.Clone(data[:p.end]), tailRecord(len(ends)-1, p.In(), p.tail)...), p.In()},
+		{"other-offset", append(bytes.Clone(data[:p.end]), tailRecord(len(ends), p.In()+1, p.tail)...), p.In()},
+		{"past-end", append(bytes.Clone(data[:p.end]), tailRecord(len(ends), p.In(), make([]byte, int64(len(obj))-p.In()+1))...), p.In()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := filepath.Join(dir, c.name)
+			os.WriteFile(f, c.file, 0o644)
+			q, err := LoadPartial(f, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.From() != c.from {
+				t.Fatalf("got a pass that fetches from %d (resumes at %d), want from %d", q.From(), q.In(), c.from)
+			}
+			got, err := Build(context.Background(), bytes.NewReader(obj[q.From():]), id, BuildOptions{Span: span, Resume: q})
+			if err != nil {
+				t.Fatalf("resumed pass: %v", err)
+			}
+			if b, _ := got.Marshal(); !bytes.Equal(b, want) {
+				t.Error("the resumed pass gave another index than a whole pass")
+			}
+		})
+	}
+	// Wrong bytes behind a right CRC: the pass finds them.
+	f := filepath.Join(dir, "wrong")
+	os.WriteFile(f, append(bytes.Clone(data[:p.end]), tailRecord(len(ends), p.In(), wrong)...), 0o644)
+	q, err := LoadPartial(f, id)
+	if err != nil || q.From() != p.From() {
+		t.Fatalf("got %v, a pass that fetches from %d, want one with the wrong tail", err, q.From())
+	}
+	if _, err := Build(context.Background(), bytes.NewReader(obj[q.From():]), id, BuildOptions{Span: span, Resume: q}); err == nil {
+		t.Error("a pass resumed with a wrong tail succeeded, want it to fail")
+	}
 }

@@ -54,12 +54,44 @@ func (p *peekReader) Discard(n int64) (int64, error) {
 		p.consumed.Add(done)
 		return done, nil
 	}
-	if d, ok := p.r.(interface{ Discard(int64) (int64, error) }); ok {
-		k, err := d.Discard(n - done)
-		p.consumed.Add(done + k)
-		return done + k, err
-	}
-	k, err := io.CopyN(io.Discard, p.r, n-done)
+	k, err := discard(p.r, n-done)
 	p.consumed.Add(done + k)
 	return done + k, err
+}
+
+// discard skips n bytes of r, without reading them when r can skip.
+func discard(r io.Reader, n int64) (int64, error) {
+	if d, ok := r.(interface{ Discard(int64) (int64, error) }); ok {
+		return d.Discard(n)
+	}
+	return io.CopyN(io.Discard, r, n)
+}
+
+// tailReader yields the tail of a partial index (the object's bytes from
+// its resume point on that the stopped pass kept), then r, which yields
+// the object from there on.
+type tailReader struct {
+	tail []byte
+	r    io.Reader
+}
+
+func (t *tailReader) Read(p []byte) (int, error) {
+	if len(t.tail) > 0 {
+		n := copy(p, t.tail)
+		t.tail = t.tail[n:]
+		return n, nil
+	}
+	return t.r.Read(p)
+}
+
+// Discard skips n bytes, the tail's first, without reading r's when it
+// can skip.
+func (t *tailReader) Discard(n int64) (int64, error) {
+	k := min(n, int64(len(t.tail)))
+	t.tail = t.tail[k:]
+	if k == n {
+		return k, nil
+	}
+	m, err := discard(t.r, n-k)
+	return k + m, err
 }
