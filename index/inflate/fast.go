@@ -14,37 +14,50 @@ const (
 	fastSlow
 )
 
-// fastInput is the input huffmanFast needs before each symbol: one
-// refill of the bit buffer reads 8 bytes.
+// fastInput is the input huffmanFast needs before each refill of the bit
+// buffer, which loads 8 bytes.
 const fastInput = 8
 
-// kindMask selects the kind of a table entry.
-const kindMask = 0xf << 12
+// fastLits is the number of literals one turn of huffmanFast's loop may
+// write: the output must be that far before stop at its start.
+const fastLits = 3
 
 // huffmanFast decodes symbols of a Huffman block while at least
-// fastInput bytes of input are left and the output is before stop: the
-// hot loop of the decoder, with none of the careful loop's checks.
+// fastInput bytes of input are left and the output is fastLits bytes
+// before stop: the hot loop of the decoder, with none of the careful
+// loop's checks.
 //
-// Why it is safe to skip them:
-//   - Input: each symbol starts with a refill that loads 8 bytes at
-//     inPos, and inPos <= inEnd-fastInput. The bit buffer then holds at
-//     least 56 bits, more than one symbol takes (15 + 5 + 15 + 13 for a
-//     match), so no zero bits are ever appended (virt stays 0).
-//   - Output: op < stop before each symbol, and stop leaves Margin bytes
-//     of out after it: a match (at most 258 bytes) and the word copies'
-//     overrun (7) fit.
+// Each turn of the loop starts with the bit buffer just refilled and the
+// entry for its next bits (e) looked up, and decodes up to fastLits
+// literals or one match. The next entry is looked up as soon as the bits
+// it needs are known, before the refill and the match copy, so that the
+// table loads overlap the rest of the work.
+//
+// Why it is safe to skip the careful loop's checks:
+//   - Input: a refill loads 8 bytes at ip, and ip <= inEnd-fastInput
+//     before each one. After it the buffer counts at least 56 bits and
+//     holds 64 real ones (those above nb are the next input bits, which
+//     the next refill ORs in again). A turn consumes at most 3*10 bits of
+//     literals or 20+28 of a match, then peeks 10 more: within 64.
+//     No zero bits are ever appended (virt stays 0).
+//   - Output: dp < stop-2 at the start of a turn, so its literals end at
+//     stop at the latest; stop leaves Margin bytes of out after it for a
+//     match (at most 258 bytes) and its word copies' overrun (at most 7).
 //   - Tables: buildTable makes every primary index and every subtable
 //     entry lie inside the table.
 //   - Matches: a distance beyond the output of the member decoded so far
-//     (op-hist) returns fastSlow before anything is consumed or copied.
+//     (op-hist) returns fastSlow.
+//
+// nb, the count of bits in the buffer, is exact in its low byte only:
+// whole entries are subtracted from it, and the low byte never borrows.
 //
 // The bit buffer and positions are saved to z on return; a symbol that
 // returned fastSlow is left unconsumed for the careful loop.
 func (z *Reader) huffmanFast(stop int) int {
-	bits, nbits := z.bits, z.nbits
-	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop || len(z.lit) == 0 || len(z.dist) == 0 {
+	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop-(fastLits-1) || len(z.lit) == 0 || len(z.dist) == 0 {
 		return fastLimit
 	}
+	bits, nb := z.bits, uint64(z.nbits)
 	// Pointers rather than slices and indexes, which leaves the
 	// compiler registers enough to keep the loop's state in them: ip is
 	// the next input byte, dp the next output byte; ipEnd, dpEnd and
@@ -54,118 +67,149 @@ func (z *Reader) huffmanFast(stop int) int {
 	ip := unsafe.Add(inp, z.inPos)
 	ipEnd := unsafe.Add(inp, z.inEnd-fastInput)
 	dp := unsafe.Add(outp, z.op)
-	dpEnd := unsafe.Add(outp, stop)
+	dpEnd := unsafe.Add(outp, stop-(fastLits-1))
 	hp := unsafe.Add(outp, z.hist)
 	litp := unsafe.Pointer(unsafe.SliceData(z.lit))
 	distp := unsafe.Pointer(unsafe.SliceData(z.dist))
 	const litMask = 1<<litPrimaryBits - 1
 	const distMask = 1<<distPrimaryBits - 1
 	status := fastLimit
-loop:
-	for uintptr(ip) <= uintptr(ipEnd) && uintptr(dp) < uintptr(dpEnd) {
-		bits |= *(*uint64)(ip) << (nbits & 63)
-		ip = unsafe.Add(ip, int(63-nbits)>>3)
-		nbits |= 56
 
-		e := *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
-		if e&kindMask == 0 {
-			// Literals come in runs: up to three from one refill (a
-			// primary code takes at most litPrimaryBits).
-			bits >>= e & 63
-			nbits -= uint(e & 63)
+	bits |= *(*uint64)(ip) << (nb & 63)
+	ip = unsafe.Add(ip, 7-(nb>>3)&7)
+	nb |= 56
+	e := *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+	for {
+		sym := bits // the bits from this symbol's first on
+		bits >>= e & 63
+		nb -= uint64(e)
+		if int32(e) < 0 {
 			*(*byte)(dp) = byte(e >> 16)
 			dp = unsafe.Add(dp, 1)
-			for range 2 {
+			e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+			if int32(e) < 0 {
+				bits >>= e & 63
+				nb -= uint64(e)
+				*(*byte)(dp) = byte(e >> 16)
+				dp = unsafe.Add(dp, 1)
 				e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
-				if e&kindMask != 0 || uintptr(dp) >= uintptr(dpEnd) {
-					continue loop
+				if int32(e) < 0 {
+					bits >>= e & 63
+					nb -= uint64(e)
+					*(*byte)(dp) = byte(e >> 16)
+					dp = unsafe.Add(dp, 1)
+					e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
 				}
-				bits >>= e & 63
-				nbits -= uint(e & 63)
-				*(*byte)(dp) = byte(e >> 16)
-				dp = unsafe.Add(dp, 1)
 			}
-			continue
-		}
-		if e&kindMask == kindSub<<12 {
-			e = *(*uint32)(unsafe.Add(litp, uintptr(e>>16+uint32(bits>>litPrimaryBits)&(1<<(e&31)-1))*4))
-			if e&kindMask == 0 {
-				bits >>= e & 63
-				nbits -= uint(e & 63)
-				*(*byte)(dp) = byte(e >> 16)
-				dp = unsafe.Add(dp, 1)
-				continue
+		} else {
+			ext := sym        // the bits the length's extra bits are taken from
+			back := uint64(e) // what nb gives back to rewind to sym
+			if e&flagExceptional != 0 {
+				if e&flagSub == 0 {
+					if e&flagEnd != 0 {
+						status = fastEnd
+					} else {
+						bits, nb = sym, nb+uint64(e)
+						status = fastSlow
+					}
+					break
+				}
+				ext = bits
+				s := *(*uint32)(unsafe.Add(litp, uintptr(e>>16+uint32(bits)&(1<<(e>>8&0xf)-1))*4))
+				bits >>= s & 63
+				nb -= uint64(s)
+				back += uint64(s)
+				if int32(s) < 0 {
+					*(*byte)(dp) = byte(s >> 16)
+					dp = unsafe.Add(dp, 1)
+					e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+					goto refill
+				}
+				if s&flagExceptional != 0 {
+					if s&flagEnd != 0 {
+						status = fastEnd
+					} else {
+						bits, nb = sym, nb+back
+						status = fastSlow
+					}
+					break
+				}
+				e = s
 			}
+			// A match: the length, then the distance.
+			length := uintptr(e>>16 + uint32(ext&(1<<(e&63)-1))>>(e>>8&0xf))
+			d := *(*uint32)(unsafe.Add(distp, uintptr(bits&distMask)*4))
+			dext := bits
+			if d&flagExceptional != 0 {
+				if d&flagSub == 0 {
+					bits, nb = sym, nb+back
+					status = fastSlow
+					break
+				}
+				dext = bits >> distPrimaryBits
+				nb -= distPrimaryBits
+				back += distPrimaryBits
+				d = *(*uint32)(unsafe.Add(distp, uintptr(d>>16+uint32(dext)&(1<<(d>>8&0xf)-1))*4))
+				if d&flagExceptional != 0 {
+					bits, nb = sym, nb+back
+					status = fastSlow
+					break
+				}
+			}
+			distance := uintptr(d>>16 + uint32(dext&(1<<(d&63)-1))>>(d>>8&0xf))
+			if uintptr(dp)-uintptr(hp) < distance {
+				// Before the member's output in out: DecodeInto's window
+				// (pre), in the first WindowSize bytes of a span, or an
+				// error for the careful loop to report.
+				op := int(uintptr(dp) - uintptr(outp))
+				if int(distance) > op-z.hist+len(z.pre) {
+					bits, nb = sym, nb+back
+					status = fastSlow
+					break
+				}
+				bits = dext >> (d & 63)
+				nb -= uint64(d)
+				z.copyPre(op, int(distance), int(length))
+				dp = unsafe.Add(dp, length)
+				e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+				goto refill
+			}
+			bits = dext >> (d & 63)
+			nb -= uint64(d)
+			e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+
+			src := unsafe.Add(dp, -int(distance))
+			switch {
+			case distance >= 8:
+				// Word copies, forward: each word read lies before the
+				// bytes being written; they may write up to 7 bytes past
+				// the match, inside the margin.
+				*(*uint64)(dp) = *(*uint64)(src)
+				*(*uint64)(unsafe.Add(dp, 8)) = *(*uint64)(unsafe.Add(src, 8))
+				for k := uintptr(16); k < length; k += 8 {
+					*(*uint64)(unsafe.Add(dp, k)) = *(*uint64)(unsafe.Add(src, k))
+				}
+			case distance == 1:
+				v := uint64(*(*byte)(src)) * 0x0101010101010101
+				for k := uintptr(0); k < length; k += 8 {
+					*(*uint64)(unsafe.Add(dp, k)) = v
+				}
+			default:
+				for k := uintptr(0); k < length; k++ {
+					*(*byte)(unsafe.Add(dp, k)) = *(*byte)(unsafe.Add(src, k))
+				}
+			}
+			dp = unsafe.Add(dp, length)
 		}
-		switch e & kindMask {
-		case kindLength << 12:
-		case kindEnd << 12:
-			bits >>= e & 63
-			nbits -= uint(e & 63)
-			status = fastEnd
-			break loop
-		default:
-			status = fastSlow
-			break loop
-		}
-		// A match: length, then distance. Nothing is consumed until
-		// both are known good, so that the careful loop can take the
-		// symbol again when they are not.
-		total := e & 63
-		length := int(e>>16 + uint32(bits>>(e>>8&0xf))&(1<<((total-e>>8&0xf)&31)-1))
-		mb := bits >> total
-		d := *(*uint32)(unsafe.Add(distp, uintptr(mb&distMask)*4))
-		if d&kindMask == kindSub<<12 {
-			d = *(*uint32)(unsafe.Add(distp, uintptr(d>>16+uint32(mb>>distPrimaryBits)&(1<<(d&31)-1))*4))
-		}
-		if d&kindMask != kindDist<<12 {
-			status = fastSlow
+	refill:
+		if uintptr(ip) > uintptr(ipEnd) || uintptr(dp) >= uintptr(dpEnd) {
 			break
 		}
-		dtotal := d & 63
-		distance := uintptr(d>>16 + uint32(mb>>(d>>8&0xf))&(1<<((dtotal-d>>8&0xf)&31)-1))
-		if uintptr(dp)-uintptr(hp) < distance {
-			// Before the member's output in out: DecodeInto's window
-			// (pre), in the first WindowSize bytes of a span, or an
-			// error for the careful loop to report.
-			op := int(uintptr(dp) - uintptr(outp))
-			if int(distance) > op-z.hist+len(z.pre) {
-				status = fastSlow
-				break
-			}
-			bits = mb >> dtotal
-			nbits -= uint(total + dtotal)
-			z.copyPre(op, int(distance), length)
-			dp = unsafe.Add(dp, length)
-			continue
-		}
-		bits = mb >> dtotal
-		nbits -= uint(total + dtotal)
-
-		src := unsafe.Add(dp, -int(distance))
-		switch {
-		case distance >= 8:
-			// Word copies, forward: each word read lies before the
-			// bytes being written; they may write up to 7 bytes past
-			// the match, inside the margin.
-			*(*uint64)(dp) = *(*uint64)(src)
-			*(*uint64)(unsafe.Add(dp, 8)) = *(*uint64)(unsafe.Add(src, 8))
-			for k := 16; k < length; k += 8 {
-				*(*uint64)(unsafe.Add(dp, k)) = *(*uint64)(unsafe.Add(src, k))
-			}
-		case distance == 1:
-			v := uint64(*(*byte)(src)) * 0x0101010101010101
-			for k := 0; k < length; k += 8 {
-				*(*uint64)(unsafe.Add(dp, k)) = v
-			}
-		default:
-			for k := 0; k < length; k++ {
-				*(*byte)(unsafe.Add(dp, k)) = *(*byte)(unsafe.Add(src, k))
-			}
-		}
-		dp = unsafe.Add(dp, length)
+		bits |= *(*uint64)(ip) << (nb & 63)
+		ip = unsafe.Add(ip, 7-(nb>>3)&7)
+		nb |= 56
 	}
-	z.bits, z.nbits = bits, nbits
+	z.bits, z.nbits = bits, uint(nb&0xff)
 	z.inPos = int(uintptr(ip) - uintptr(inp))
 	z.op = int(uintptr(dp) - uintptr(outp))
 	return status

@@ -8,26 +8,30 @@ import (
 // A decode table maps the next bits of the stream (LSB first) to a symbol.
 // Each entry is a uint32:
 //
-//	 31            16 15   12 11    8 7        0
-//	+----------------+-------+-------+----------+
-//	|     value      | kind  | clen  |  total   |
-//	+----------------+-------+-------+----------+
+//	 31  30          16 15  14  13  12 11    8 7        0
+//	+---+--------------+---+---+---+--+-------+----------+
+//	|lit|    value     |exc|sub|end|  | clen  |  total   |
+//	+---+--------------+---+---+---+--+-------+----------+
 //
 //	total  bits to consume: codeword length plus extra bits
-//	clen   codeword length; extra bits sit just above it
-//	kind   kindLiteral, kindLength, kindEnd, kindDist, kindSub, kindInvalid
+//	clen   codeword length; the extra bits sit just above it
+//	lit    a literal: value is the byte (the sign bit, for a cheap test)
+//	exc    not a literal, length or distance: a subtable pointer (sub),
+//	       the end-of-block code (end), or an invalid code (neither)
 //	value  literal byte, length or distance base, or subtable start
 //
-// A subtable entry's total holds the subtable's index width instead; the
-// subtable is indexed by the bits above the primary width, and its entries
-// carry the full codeword length.
+// A length or distance is then value + (bits&(1<<total-1))>>clen, with
+// bits the stream from the codeword's first bit.
+//
+// A subtable pointer sits in the primary table: its total is the primary
+// width and its clen the subtable's index width. The subtable is indexed
+// by the bits that follow the primary ones, and its entries count only
+// those bits: their clen and total leave out the primary width.
 const (
-	kindLiteral = iota
-	kindLength
-	kindEnd
-	kindDist
-	kindSub
-	kindInvalid
+	flagLiteral     = 1 << 31
+	flagExceptional = 1 << 15
+	flagSub         = 1 << 14
+	flagEnd         = 1 << 13
 )
 
 const (
@@ -37,11 +41,13 @@ const (
 	maxCodeBits     = 15
 )
 
-func entry(value uint32, kind, clen, total uint32) uint32 {
-	return value<<16 | kind<<12 | clen<<8 | total
+func entry(value, flags, clen, total uint32) uint32 {
+	return value<<16 | flags | clen<<8 | total
 }
 
-const invalidEntry = kindInvalid << 12
+// invalidEntry fills the entries of an incomplete code that no codeword
+// reaches: it consumes nothing.
+const invalidEntry = flagExceptional
 
 var lengthBase = [29]uint32{3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31,
 	35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258}
@@ -61,25 +67,25 @@ type symbolFunc func(sym int, clen uint32) uint32
 func litlenSymbol(sym int, clen uint32) uint32 {
 	switch {
 	case sym < 256:
-		return entry(uint32(sym), kindLiteral, clen, clen)
+		return entry(uint32(sym), flagLiteral, clen, clen)
 	case sym == 256:
-		return entry(0, kindEnd, clen, clen)
+		return entry(0, flagExceptional|flagEnd, clen, clen)
 	case sym < 286:
 		i := sym - 257
-		return entry(lengthBase[i], kindLength, clen, clen+lengthExtra[i])
+		return entry(lengthBase[i], 0, clen, clen+lengthExtra[i])
 	}
-	return invalidEntry
+	return entry(0, flagExceptional, clen, clen)
 }
 
 func distSymbol(sym int, clen uint32) uint32 {
 	if sym < 30 {
-		return entry(distBase[sym], kindDist, clen, clen+distExtra[sym])
+		return entry(distBase[sym], 0, clen, clen+distExtra[sym])
 	}
-	return invalidEntry
+	return entry(0, flagExceptional, clen, clen)
 }
 
 func plainSymbol(sym int, clen uint32) uint32 {
-	return entry(uint32(sym), kindLiteral, clen, clen)
+	return entry(uint32(sym), flagLiteral, clen, clen)
 }
 
 // buildTable fills table (reusing its storage) for the canonical Huffman
@@ -156,7 +162,7 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 	at := size
 	for p := 0; p < size; p++ {
 		if w := subBits[p]; w > 0 {
-			table[p] = entry(uint32(at), kindSub, 0, uint32(w))
+			table[p] = entry(uint32(at), flagExceptional|flagSub, uint32(w), uint32(primary))
 			at += 1 << w
 		}
 	}
@@ -177,8 +183,9 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		}
 		sub := table[r&primaryMask]
 		start := sub >> 16
-		w := sub & 0xff
+		w := sub >> 8 & 0xf
 		hi := r >> primary
+		e -= uint32(primary)<<8 | uint32(primary)
 		for i := hi; i < 1<<w; i += 1 << (uint(l) - primary) {
 			table[start+i] = e
 		}

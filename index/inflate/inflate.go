@@ -862,7 +862,7 @@ func (z *Reader) dynamicTables() error {
 			}
 		}
 		e := t[z.bits&(1<<clenPrimaryBits-1)]
-		if e>>12&0xf != kindLiteral {
+		if int32(e) >= 0 {
 			return z.corrupt("invalid code length code")
 		}
 		n := uint(e & 0xff)
@@ -871,7 +871,7 @@ func (z *Reader) dynamicTables() error {
 		if z.overread() {
 			return z.truncated()
 		}
-		sym := e >> 16
+		sym := e >> 16 & 0xff
 		if sym < 16 {
 			lens[i] = uint8(sym)
 			i++
@@ -1008,11 +1008,12 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			}
 		}
 		e := lit[bits&litMask]
-		if e>>12&0xf == kindSub {
-			e = lit[e>>16+uint32(bits>>litPrimaryBits)&(1<<(e&0xff)-1)]
+		if e&flagSub != 0 {
+			bits >>= litPrimaryBits
+			nbits -= litPrimaryBits
+			e = lit[e>>16+uint32(bits)&(1<<(e>>8&0xf)-1)]
 		}
-		switch e >> 12 & 0xf {
-		case kindLiteral:
+		if int32(e) < 0 {
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
 			if nbits < virt {
@@ -1022,8 +1023,12 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			out[op] = byte(e >> 16)
 			op++
 			continue
-		case kindLength:
-		case kindEnd:
+		}
+		if e&flagExceptional != 0 {
+			if e&flagEnd == 0 {
+				save()
+				return false, z.corrupt("invalid literal/length code")
+			}
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
 			save()
@@ -1032,29 +1037,24 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			}
 			z.endBlock()
 			return false, nil
-		default:
-			save()
-			return false, z.corrupt("invalid literal/length code")
 		}
-		total := e & 0xff
-		clen := e >> 8 & 0xf
-		length := int(e>>16 + uint32(bits>>clen)&(1<<(total-clen)-1))
-		bits >>= total
-		nbits -= uint(total)
+		length := int(e>>16 + uint32(bits&(1<<(e&0xff)-1))>>(e>>8&0xf))
+		bits >>= e & 0xff
+		nbits -= uint(e & 0xff)
 
 		d := dist[bits&distMask]
-		if d>>12&0xf == kindSub {
-			d = dist[d>>16+uint32(bits>>distPrimaryBits)&(1<<(d&0xff)-1)]
+		if d&flagSub != 0 {
+			bits >>= distPrimaryBits
+			nbits -= distPrimaryBits
+			d = dist[d>>16+uint32(bits)&(1<<(d>>8&0xf)-1)]
 		}
-		if d>>12&0xf != kindDist {
+		if d&flagExceptional != 0 {
 			save()
 			return false, z.corrupt("invalid distance code")
 		}
-		total = d & 0xff
-		clen = d >> 8 & 0xf
-		distance := int(d>>16 + uint32(bits>>clen)&(1<<(total-clen)-1))
-		bits >>= total
-		nbits -= uint(total)
+		distance := int(d>>16 + uint32(bits&(1<<(d&0xff)-1))>>(d>>8&0xf))
+		bits >>= d & 0xff
+		nbits -= uint(d & 0xff)
 		if nbits < virt {
 			save()
 			return false, z.truncated()
