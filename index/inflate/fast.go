@@ -9,9 +9,14 @@ const (
 	fastLimit = iota
 	// fastEnd: the end-of-block code was consumed.
 	fastEnd
-	// fastSlow: the next symbol needs the careful loop (an invalid code,
-	// or a match that reaches into the window before out).
-	fastSlow
+	// fastBadLit, fastBadDist: the stream is corrupt: an invalid
+	// literal/length or distance code.
+	fastBadLit
+	fastBadDist
+	// fastFar: a match (farLen, farDist; consumed, not copied) reaches
+	// before the member's output in out: into DecodeInto's window, or
+	// it is an error.
+	fastFar
 )
 
 // fastInput is the input huffmanFast needs before each refill of the bit
@@ -46,15 +51,15 @@ const fastLits = 3
 //   - Tables: buildTable makes every primary index and every subtable
 //     entry lie inside the table.
 //   - Matches: a distance beyond the output of the member decoded so far
-//     (op-hist) returns fastSlow.
+//     (op-hist) returns fastFar, for huffman to check and copy.
 //
 // nb, the count of bits in the buffer, is exact in its low byte only:
 // whole entries are subtracted from it, and the low byte never borrows.
 //
-// The bit buffer and positions are saved to z on return; a symbol that
-// returned fastSlow is left unconsumed for the careful loop.
+// The bit buffer and positions are saved to z on return; after an error,
+// past the symbol that was found bad.
 func (z *Reader) huffmanFast(stop int) int {
-	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop-(fastLits-1) || len(z.lit) == 0 || len(z.dist) == 0 {
+	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop-(fastLits-1) || len(z.lit) < litTableSize {
 		return fastLimit
 	}
 	bits, nb := z.bits, uint64(z.nbits)
@@ -69,8 +74,9 @@ func (z *Reader) huffmanFast(stop int) int {
 	dp := unsafe.Add(outp, z.op)
 	dpEnd := unsafe.Add(outp, stop-(fastLits-1))
 	hp := unsafe.Add(outp, z.hist)
+	// The distance table follows the literal/length one (tables).
 	litp := unsafe.Pointer(unsafe.SliceData(z.lit))
-	distp := unsafe.Pointer(unsafe.SliceData(z.dist))
+	const distOff = litTableSize * 4
 	const litMask = 1<<litPrimaryBits - 1
 	const distMask = 1<<distPrimaryBits - 1
 	status := fastLimit
@@ -80,7 +86,6 @@ func (z *Reader) huffmanFast(stop int) int {
 	nb |= 56
 	e := *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
 	for {
-		sym := bits // the bits from this symbol's first on
 		bits >>= e & 63
 		nb -= uint64(e)
 		if int32(e) < 0 {
@@ -102,23 +107,18 @@ func (z *Reader) huffmanFast(stop int) int {
 				}
 			}
 		} else {
-			ext := sym        // the bits the length's extra bits are taken from
-			back := uint64(e) // what nb gives back to rewind to sym
 			if e&flagExceptional != 0 {
 				if e&flagSub == 0 {
 					if e&flagEnd != 0 {
 						status = fastEnd
 					} else {
-						bits, nb = sym, nb+uint64(e)
-						status = fastSlow
+						status = fastBadLit
 					}
 					break
 				}
-				ext = bits
 				s := *(*uint32)(unsafe.Add(litp, uintptr(e>>16+uint32(bits)&(1<<(e>>8&0xf)-1))*4))
 				bits >>= s & 63
 				nb -= uint64(s)
-				back += uint64(s)
 				if int32(s) < 0 {
 					*(*byte)(dp) = byte(s >> 16)
 					dp = unsafe.Add(dp, 1)
@@ -129,53 +129,40 @@ func (z *Reader) huffmanFast(stop int) int {
 					if s&flagEnd != 0 {
 						status = fastEnd
 					} else {
-						bits, nb = sym, nb+back
-						status = fastSlow
+						status = fastBadLit
 					}
 					break
 				}
 				e = s
 			}
 			// A match: the length, then the distance.
-			length := uintptr(e>>16 + uint32(ext&(1<<(e&63)-1))>>(e>>8&0xf))
-			d := *(*uint32)(unsafe.Add(distp, uintptr(bits&distMask)*4))
+			extra := e >> 8 & 0xf
+			length := uintptr(e>>16 + uint32(bits)&(1<<extra-1))
+			bits >>= extra
+			nb -= uint64(extra)
+			d := *(*uint32)(unsafe.Add(litp, distOff+uintptr(bits&distMask)*4))
 			dext := bits
 			if d&flagExceptional != 0 {
 				if d&flagSub == 0 {
-					bits, nb = sym, nb+back
-					status = fastSlow
+					status = fastBadDist
 					break
 				}
 				dext = bits >> distPrimaryBits
 				nb -= distPrimaryBits
-				back += distPrimaryBits
-				d = *(*uint32)(unsafe.Add(distp, uintptr(d>>16+uint32(dext)&(1<<(d>>8&0xf)-1))*4))
+				d = *(*uint32)(unsafe.Add(litp, distOff+uintptr(d>>16+uint32(dext)&(1<<(d>>8&0xf)-1))*4))
 				if d&flagExceptional != 0 {
-					bits, nb = sym, nb+back
-					status = fastSlow
+					status = fastBadDist
 					break
 				}
 			}
 			distance := uintptr(d>>16 + uint32(dext&(1<<(d&63)-1))>>(d>>8&0xf))
-			if uintptr(dp)-uintptr(hp) < distance {
-				// Before the member's output in out: DecodeInto's window
-				// (pre), in the first WindowSize bytes of a span, or an
-				// error for the careful loop to report.
-				op := int(uintptr(dp) - uintptr(outp))
-				if int(distance) > op-z.hist+len(z.pre) {
-					bits, nb = sym, nb+back
-					status = fastSlow
-					break
-				}
-				bits = dext >> (d & 63)
-				nb -= uint64(d)
-				z.copyPre(op, int(distance), int(length))
-				dp = unsafe.Add(dp, length)
-				e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
-				goto refill
-			}
 			bits = dext >> (d & 63)
 			nb -= uint64(d)
+			if uintptr(dp)-uintptr(hp) < distance {
+				z.farLen, z.farDist = int(length), int(distance)
+				status = fastFar
+				break
+			}
 			e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
 
 			src := unsafe.Add(dp, -int(distance))

@@ -10,23 +10,26 @@ import (
 //
 //	 31  30          16 15  14  13  12 11    8 7        0
 //	+---+--------------+---+---+---+--+-------+----------+
-//	|lit|    value     |exc|sub|end|  | clen  |  total   |
+//	|lit|    value     |exc|sub|end|  |  mid  |   low    |
 //	+---+--------------+---+---+---+--+-------+----------+
 //
-//	total  bits to consume: codeword length plus extra bits
-//	clen   codeword length; the extra bits sit just above it
+//	low    bits to consume at once
 //	lit    a literal: value is the byte (the sign bit, for a cheap test)
 //	exc    not a literal, length or distance: a subtable pointer (sub),
 //	       the end-of-block code (end), or an invalid code (neither)
 //	value  literal byte, length or distance base, or subtable start
 //
-// A length or distance is then value + (bits&(1<<total-1))>>clen, with
-// bits the stream from the codeword's first bit.
+// In a literal/length table, low is the codeword length and a length's
+// mid its count of extra bits, which follow: the length is value +
+// (bits&(1<<mid-1)), with bits the stream after the codeword. In a
+// distance table, low is the codeword length plus the extra bits and mid
+// the codeword length: the distance is value + (bits&(1<<low-1))>>mid,
+// with bits the stream from the codeword's first bit.
 //
-// A subtable pointer sits in the primary table: its total is the primary
-// width and its clen the subtable's index width. The subtable is indexed
+// A subtable pointer sits in the primary table: its low is the primary
+// width and its mid the subtable's index width. The subtable is indexed
 // by the bits that follow the primary ones, and its entries count only
-// those bits: their clen and total leave out the primary width.
+// those bits: codeword lengths in them leave out the primary width.
 const (
 	flagLiteral     = 1 << 31
 	flagExceptional = 1 << 15
@@ -39,10 +42,30 @@ const (
 	distPrimaryBits = 8
 	clenPrimaryBits = 7
 	maxCodeBits     = 15
+	maxSymbols      = 288 // the most codewords of a code: the fixed literal/length code
 )
 
-func entry(value, flags, clen, total uint32) uint32 {
-	return value<<16 | flags | clen<<8 | total
+// Room for a table with its subtables. A subtable of width w needs at
+// least w+1 codewords under its prefix, and a code has at most maxSymbols:
+// w = 15-10 = 5 gives the most entries per codeword (32 for 6), so the
+// subtables of a literal/length table add at most 288*32/6 = 1536
+// entries; those of a distance table (w <= 7) at most 32*128/8 = 512.
+// buildTable refuses a code that would not fit all the same.
+const (
+	litTableSize  = 1<<litPrimaryBits + 1536
+	distTableSize = 1<<distPrimaryBits + 512
+)
+
+// tables holds a block's literal/length table and, at a fixed offset
+// after it, its distance table: the fast loop reaches both from one
+// pointer.
+type tables [litTableSize + distTableSize]uint32
+
+func (t *tables) lit() []uint32  { return t[:litTableSize] }
+func (t *tables) dist() []uint32 { return t[litTableSize:] }
+
+func entry(value, flags, mid, low uint32) uint32 {
+	return value<<16 | flags | mid<<8 | low
 }
 
 // invalidEntry fills the entries of an incomplete code that no codeword
@@ -60,21 +83,21 @@ var distExtra = [30]uint32{0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6,
 
 var errBadCode = errors.New("invalid Huffman code lengths")
 
-// symbolEntry returns the table entry for symbol sym of a code with the
-// given codeword length.
+// A symbolFunc returns the table entry for symbol sym, with clen bits of
+// its codeword left to consume at the entry.
 type symbolFunc func(sym int, clen uint32) uint32
 
 func litlenSymbol(sym int, clen uint32) uint32 {
 	switch {
 	case sym < 256:
-		return entry(uint32(sym), flagLiteral, clen, clen)
+		return entry(uint32(sym), flagLiteral, 0, clen)
 	case sym == 256:
-		return entry(0, flagExceptional|flagEnd, clen, clen)
+		return entry(0, flagExceptional|flagEnd, 0, clen)
 	case sym < 286:
 		i := sym - 257
-		return entry(lengthBase[i], 0, clen, clen+lengthExtra[i])
+		return entry(lengthBase[i], 0, lengthExtra[i], clen)
 	}
-	return entry(0, flagExceptional, clen, clen)
+	return entry(0, flagExceptional, 0, clen)
 }
 
 func distSymbol(sym int, clen uint32) uint32 {
@@ -85,14 +108,17 @@ func distSymbol(sym int, clen uint32) uint32 {
 }
 
 func plainSymbol(sym int, clen uint32) uint32 {
-	return entry(uint32(sym), flagLiteral, clen, clen)
+	return entry(uint32(sym), flagLiteral, 0, clen)
 }
 
-// buildTable fills table (reusing its storage) for the canonical Huffman
-// code with the given codeword lengths. Over-subscribed and incomplete
-// codes are rejected, but for an empty code and a single one-bit codeword,
-// whose unused entries fail when decoded.
-func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) ([]uint32, error) {
+// buildTable fills the start of table for the canonical Huffman code with
+// the given codeword lengths. Over-subscribed and incomplete codes are
+// rejected, but for an empty code and a single one-bit codeword, whose
+// unused entries fail when decoded.
+func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) error {
+	if len(lengths) > maxSymbols {
+		return errBadCode
+	}
 	var count [maxCodeBits + 1]int
 	for _, l := range lengths {
 		count[l]++
@@ -103,7 +129,7 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		left <<= 1
 		left -= count[l]
 		if left < 0 {
-			return table, errBadCode
+			return errBadCode
 		}
 	}
 	// Like zlib and Go's decoder, accept an incomplete code only when it
@@ -114,7 +140,7 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 			codes += count[l]
 		}
 		if !(codes == 0 || codes == 1 && count[1] == 1) {
-			return table, errBadCode
+			return errBadCode
 		}
 	}
 	// The canonical first codeword of each length.
@@ -128,8 +154,10 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 	size := 1 << primary
 	primaryMask := uint32(size - 1)
 	// First pass: the longest codeword under each primary prefix decides
-	// the width of that prefix's subtable.
+	// the width of that prefix's subtable; subs lists those prefixes.
 	var subBits [1 << litPrimaryBits]uint8
+	var subs [maxSymbols]uint16
+	nsubs := 0
 	codes := next
 	for _, l := range lengths {
 		if uint(l) <= primary {
@@ -138,18 +166,20 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		c := codes[l]
 		codes[l]++
 		p := reverse(c, uint(l)) & primaryMask
+		if subBits[p] == 0 {
+			subs[nsubs] = uint16(p)
+			nsubs++
+		}
 		if w := l - uint8(primary); w > subBits[p] {
 			subBits[p] = w
 		}
 	}
 	total := size
-	for p := 0; p < size; p++ {
-		if subBits[p] > 0 {
-			total += 1 << subBits[p]
-		}
+	for _, p := range subs[:nsubs] {
+		total += 1 << subBits[p]
 	}
-	if cap(table) < total {
-		table = make([]uint32, total)
+	if total > len(table) {
+		return errBadCode
 	}
 	table = table[:total]
 	if left > 0 {
@@ -160,11 +190,10 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		}
 	}
 	at := size
-	for p := 0; p < size; p++ {
-		if w := subBits[p]; w > 0 {
-			table[p] = entry(uint32(at), flagExceptional|flagSub, uint32(w), uint32(primary))
-			at += 1 << w
-		}
+	for _, p := range subs[:nsubs] {
+		w := subBits[p]
+		table[p] = entry(uint32(at), flagExceptional|flagSub, uint32(w), uint32(primary))
+		at += 1 << w
 	}
 	codes = next
 	for s, l := range lengths {
@@ -174,23 +203,23 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		c := codes[l]
 		codes[l]++
 		r := reverse(c, uint(l))
-		e := sym(s, uint32(l))
 		if uint(l) <= primary {
+			e := sym(s, uint32(l))
 			for i := r; i < uint32(size); i += 1 << l {
 				table[i] = e
 			}
 			continue
 		}
+		e := sym(s, uint32(l)-uint32(primary))
 		sub := table[r&primaryMask]
 		start := sub >> 16
 		w := sub >> 8 & 0xf
 		hi := r >> primary
-		e -= uint32(primary)<<8 | uint32(primary)
 		for i := hi; i < 1<<w; i += 1 << (uint(l) - primary) {
 			table[start+i] = e
 		}
 	}
-	return table, nil
+	return nil
 }
 
 // reverse returns the n low bits of code in reverse order.
