@@ -58,24 +58,70 @@ const fastLits = 3
 //
 // The bit buffer and positions are saved to z on return; after an error,
 // past the symbol that was found bad.
+//
+// The loop itself is fastLoop: in assembly on amd64 (fast_amd64.s), else
+// fastLoopGo, which the tests also run on amd64 (useGoLoop).
 func (z *Reader) huffmanFast(stop int) int {
 	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop-(fastLits-1) || len(z.lit) < litTableSize {
 		return fastLimit
 	}
-	bits, nb := z.bits, uint64(z.nbits)
-	// Pointers rather than slices and indexes, which leaves the
-	// compiler registers enough to keep the loop's state in them: ip is
-	// the next input byte, dp the next output byte; ipEnd, dpEnd and
-	// hp (the start of the member's output) bound them.
 	inp := unsafe.Pointer(unsafe.SliceData(z.in))
 	outp := unsafe.Pointer(unsafe.SliceData(z.out))
-	ip := unsafe.Add(inp, z.inPos)
-	ipEnd := unsafe.Add(inp, z.inEnd-fastInput)
-	dp := unsafe.Add(outp, z.op)
-	dpEnd := unsafe.Add(outp, stop-(fastLits-1))
-	hp := unsafe.Add(outp, z.hist)
-	// The distance table follows the literal/length one (tables).
-	litp := unsafe.Pointer(unsafe.SliceData(z.lit))
+	st := fastState{
+		bits:  z.bits,
+		nb:    uint64(z.nbits),
+		ip:    unsafe.Add(inp, z.inPos),
+		ipEnd: unsafe.Add(inp, z.inEnd-fastInput),
+		dp:    unsafe.Add(outp, z.op),
+		dpEnd: unsafe.Add(outp, stop-(fastLits-1)),
+		hp:    unsafe.Add(outp, z.hist),
+		tab:   unsafe.Pointer(unsafe.SliceData(z.lit)),
+	}
+	var status int
+	if useGoLoop {
+		status = fastLoopGo(&st)
+	} else {
+		status = fastLoop(&st)
+	}
+	z.bits, z.nbits = st.bits, uint(st.nb&0xff)
+	z.inPos = int(uintptr(st.ip) - uintptr(inp))
+	z.op = int(uintptr(st.dp) - uintptr(outp))
+	if status == fastFar {
+		z.farLen, z.farDist = int(st.farLen), int(st.farDist)
+	}
+	return status
+}
+
+// useGoLoop makes huffmanFast run fastLoopGo where fastLoop is in
+// assembly; for tests.
+var useGoLoop = false
+
+// fastState is the fast loop's state: read on entry, written back on
+// return. fast_amd64.s finds its fields by the offsets in go_asm.h.
+type fastState struct {
+	bits uint64
+	nb   uint64 // exact in its low byte only
+	// ip is the next input byte, dp the next output byte; ipEnd and
+	// dpEnd bound them, hp is the start of the member's output.
+	ip, ipEnd unsafe.Pointer
+	dp, dpEnd unsafe.Pointer
+	hp        unsafe.Pointer
+	// tab is the block's tables: the literal/length table, then at
+	// litTableSize entries the distance table.
+	tab unsafe.Pointer
+	// The match a fastFar leaves to huffman.
+	farLen, farDist uintptr
+}
+
+// fastLoopGo is huffmanFast's loop in Go.
+func fastLoopGo(st *fastState) int {
+	// Locals rather than st's fields, which the compiler keeps in
+	// registers.
+	bits, nb := st.bits, st.nb
+	ip, ipEnd := st.ip, st.ipEnd
+	dp, dpEnd := st.dp, st.dpEnd
+	hp := st.hp
+	litp := st.tab
 	const distOff = litTableSize * 4
 	const litMask = 1<<litPrimaryBits - 1
 	const distMask = 1<<distPrimaryBits - 1
@@ -159,7 +205,7 @@ func (z *Reader) huffmanFast(stop int) int {
 			bits = dext >> (d & 63)
 			nb -= uint64(d)
 			if uintptr(dp)-uintptr(hp) < distance {
-				z.farLen, z.farDist = int(length), int(distance)
+				st.farLen, st.farDist = length, distance
 				status = fastFar
 				break
 			}
@@ -196,9 +242,8 @@ func (z *Reader) huffmanFast(stop int) int {
 		ip = unsafe.Add(ip, 7-(nb>>3)&7)
 		nb |= 56
 	}
-	z.bits, z.nbits = bits, uint(nb&0xff)
-	z.inPos = int(uintptr(ip) - uintptr(inp))
-	z.op = int(uintptr(dp) - uintptr(outp))
+	st.bits, st.nb = bits, nb
+	st.ip, st.dp = ip, dp
 	return status
 }
 

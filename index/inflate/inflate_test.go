@@ -435,6 +435,14 @@ func FuzzInflate(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// The fast loop in Go decodes the same bytes as the one in
+		// assembly (where there is one).
+		useGoLoop = true
+		again, err := io.ReadAll(NewReader(bytes.NewReader(comp), Options{}))
+		useGoLoop = false
+		if err != nil || !bytes.Equal(again, got) {
+			t.Fatalf("with the Go loop: err %v, equal %v", err, bytes.Equal(again, got))
+		}
 		for _, cp := range cps {
 			z, err := NewReaderAt(bytes.NewReader(comp[cp.In:]), cp, Options{})
 			if err != nil {
@@ -551,5 +559,22 @@ func TestOnData(t *testing.T) {
 	got, err := io.ReadAll(z)
 	if err != nil || !bytes.Equal(got, data) || !bytes.Equal(seen, data) {
 		t.Fatalf("err %v, read equal %v, seen equal %v", err, bytes.Equal(got, data), bytes.Equal(seen, data))
+	}
+}
+
+// TestGoLoop runs the decoding tests again with fastLoopGo, which amd64
+// builds otherwise leave to the assembly loop.
+func TestGoLoop(t *testing.T) {
+	useGoLoop = true
+	t.Cleanup(func() { useGoLoop = false })
+	for name, test := range map[string]func(*testing.T){
+		"RoundTrip":        TestRoundTrip,
+		"Resume":           TestResume,
+		"Truncated":        TestTruncated,
+		"Corrupt":          TestCorrupt,
+		"DecodeIntoErrors": TestDecodeIntoErrors,
+		"DiscardAndLimit":  TestDiscardAndLimit,
+	} {
+		t.Run(name, test)
 	}
 }
