@@ -87,6 +87,28 @@ var errBadCode = errors.New("invalid Huffman code lengths")
 // its codeword left to consume at the entry.
 type symbolFunc func(sym int, clen uint32) uint32
 
+// symbols holds a symbolFunc's entries for buildTable: that of symbol s
+// with clen bits left is base[s] + clen*per[s] (every symbolFunc is
+// affine in clen).
+type symbols struct {
+	base, per [maxSymbols]uint32
+}
+
+var (
+	litlenSymbols = makeSymbols(litlenSymbol)
+	distSymbols   = makeSymbols(distSymbol)
+	plainSymbols  = makeSymbols(plainSymbol)
+)
+
+func makeSymbols(f symbolFunc) *symbols {
+	s := new(symbols)
+	for i := range maxSymbols {
+		s.base[i] = f(i, 0)
+		s.per[i] = f(i, 1) - f(i, 0)
+	}
+	return s
+}
+
 func litlenSymbol(sym int, clen uint32) uint32 {
 	switch {
 	case sym < 256:
@@ -115,13 +137,22 @@ func plainSymbol(sym int, clen uint32) uint32 {
 // the given codeword lengths. Over-subscribed and incomplete codes are
 // rejected, but for an empty code and a single one-bit codeword, whose
 // unused entries fail when decoded.
-func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) error {
+func buildTable(table []uint32, lengths []uint8, primary uint, syms *symbols) error {
 	if len(lengths) > maxSymbols {
 		return errBadCode
 	}
-	var count [maxCodeBits + 1]int
-	for _, l := range lengths {
-		count[l]++
+	// Two counts, added up after, so that runs of one length do not
+	// wait on the same counter.
+	var count, count2 [maxCodeBits + 1]int
+	for i := 1; i < len(lengths); i += 2 {
+		count[lengths[i-1]&maxCodeBits]++
+		count2[lengths[i]&maxCodeBits]++
+	}
+	if len(lengths)%2 == 1 {
+		count[lengths[len(lengths)-1]&maxCodeBits]++
+	}
+	for l := range count {
+		count[l] += count2[l]
 	}
 	count[0] = 0 // unused symbols
 	left := 1
@@ -143,35 +174,41 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) e
 			return errBadCode
 		}
 	}
-	// The canonical first codeword of each length.
+	// The canonical first codeword of each length, and the symbols in
+	// canonical order (by length, then symbol): those of length l start
+	// at first[l].
 	var next [maxCodeBits + 1]uint32
+	var first [maxCodeBits + 2]int
 	code := uint32(0)
 	for l := 1; l <= maxCodeBits; l++ {
 		code = (code + uint32(count[l-1])) << 1
 		next[l] = code
+		first[l+1] = first[l] + count[l]
+	}
+	var sorted [maxSymbols]uint16
+	at := first
+	for s, l := range lengths {
+		if l != 0 {
+			sorted[at[l&maxCodeBits]] = uint16(s)
+			at[l&maxCodeBits]++
+		}
 	}
 
 	size := 1 << primary
 	primaryMask := uint32(size - 1)
-	// First pass: the longest codeword under each primary prefix decides
-	// the width of that prefix's subtable; subs lists those prefixes.
+	// The longest codeword under each primary prefix decides the width
+	// of that prefix's subtable; subs lists those prefixes.
 	var subBits [1 << litPrimaryBits]uint8
 	var subs [maxSymbols]uint16
 	nsubs := 0
-	codes := next
-	for _, l := range lengths {
-		if uint(l) <= primary {
-			continue
-		}
-		c := codes[l]
-		codes[l]++
-		p := reverse(c, uint(l)) & primaryMask
-		if subBits[p] == 0 {
-			subs[nsubs] = uint16(p)
-			nsubs++
-		}
-		if w := l - uint8(primary); w > subBits[p] {
-			subBits[p] = w
+	for l := primary + 1; l <= maxCodeBits; l++ {
+		for c := next[l]; c < next[l]+uint32(count[l]); c++ {
+			p := reverse(c, l) & primaryMask
+			if subBits[p] == 0 {
+				subs[nsubs] = uint16(p)
+				nsubs++
+			}
+			subBits[p] = uint8(l - primary) // lengths only grow
 		}
 	}
 	total := size
@@ -189,34 +226,51 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) e
 			table[i] = invalidEntry
 		}
 	}
-	at := size
+	// The primary entries, one length at a time: with those of the
+	// codewords up to width bits in table[:1<<width], doubling that
+	// part gives the entries at width+1 of all but the longer codewords,
+	// which are then written in.
+	width := uint(0)
+	for l := uint(1); l <= primary; l++ {
+		if count[l] == 0 {
+			continue
+		}
+		if width == 0 {
+			width = l
+		}
+		for ; width < l; width++ {
+			copy(table[1<<width:2<<width], table[:1<<width])
+		}
+		c := next[l]
+		for _, s := range sorted[first[l]:first[l+1]] {
+			table[reverse(c, l)] = syms.base[s] + uint32(l)*syms.per[s]
+			c++
+		}
+	}
+	if width > 0 {
+		for ; width < primary; width++ {
+			copy(table[1<<width:2<<width], table[:1<<width])
+		}
+	}
+	// Then the subtables.
+	at2 := size
 	for _, p := range subs[:nsubs] {
 		w := subBits[p]
-		table[p] = entry(uint32(at), flagExceptional|flagSub, uint32(w), uint32(primary))
-		at += 1 << w
+		table[p] = entry(uint32(at2), flagExceptional|flagSub, uint32(w), uint32(primary))
+		at2 += 1 << w
 	}
-	codes = next
-	for s, l := range lengths {
-		if l == 0 {
-			continue
-		}
-		c := codes[l]
-		codes[l]++
-		r := reverse(c, uint(l))
-		if uint(l) <= primary {
-			e := sym(s, uint32(l))
-			for i := r; i < uint32(size); i += 1 << l {
-				table[i] = e
+	for l := primary + 1; l <= maxCodeBits; l++ {
+		c := next[l]
+		for _, s := range sorted[first[l]:first[l+1]] {
+			r := reverse(c, l)
+			c++
+			e := syms.base[s] + uint32(l-primary)*syms.per[s]
+			sub := table[r&primaryMask]
+			start := sub >> 16
+			w := sub >> 8 & 0xf
+			for i := r >> primary; i < 1<<w; i += 1 << (l - primary) {
+				table[start+i] = e
 			}
-			continue
-		}
-		e := sym(s, uint32(l)-uint32(primary))
-		sub := table[r&primaryMask]
-		start := sub >> 16
-		w := sub >> 8 & 0xf
-		hi := r >> primary
-		for i := hi; i < 1<<w; i += 1 << (uint(l) - primary) {
-			table[start+i] = e
 		}
 	}
 	return nil

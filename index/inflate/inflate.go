@@ -852,7 +852,7 @@ func (z *Reader) dynamicTables() error {
 	}
 	var clTable [1 << clenPrimaryBits]uint32
 	t := clTable[:]
-	if err := buildTable(t, clens[:], clenPrimaryBits, plainSymbol); err != nil {
+	if err := buildTable(t, clens[:], clenPrimaryBits, plainSymbols); err != nil {
 		return z.corrupt("code length code: %v", err)
 	}
 	lens := z.lens[:nlit+ndist]
@@ -917,10 +917,10 @@ func (z *Reader) dynamicTables() error {
 	if z.dyn == nil {
 		z.dyn = new(tables)
 	}
-	if err := buildTable(z.dyn.lit(), lens[:nlit], litPrimaryBits, litlenSymbol); err != nil {
+	if err := buildTable(z.dyn.lit(), lens[:nlit], litPrimaryBits, litlenSymbols); err != nil {
 		return z.corrupt("literal/length code: %v", err)
 	}
-	if err := buildTable(z.dyn.dist(), lens[nlit:], distPrimaryBits, distSymbol); err != nil {
+	if err := buildTable(z.dyn.dist(), lens[nlit:], distPrimaryBits, distSymbols); err != nil {
 		return z.corrupt("distance code: %v", err)
 	}
 	z.lit, z.dist = z.dyn.lit(), z.dyn.dist()
@@ -946,14 +946,14 @@ func init() {
 			lens[i] = 8
 		}
 	}
-	if err := buildTable(fixedTables.lit(), lens[:], litPrimaryBits, litlenSymbol); err != nil {
+	if err := buildTable(fixedTables.lit(), lens[:], litPrimaryBits, litlenSymbols); err != nil {
 		panic(err)
 	}
 	var dl [32]uint8 // 30 and 31 are unused: distSymbol makes them invalid
 	for i := range dl {
 		dl[i] = 5
 	}
-	if err := buildTable(fixedTables.dist(), dl[:], distPrimaryBits, distSymbol); err != nil {
+	if err := buildTable(fixedTables.dist(), dl[:], distPrimaryBits, distSymbols); err != nil {
 		panic(err)
 	}
 }

@@ -578,3 +578,19 @@ func TestGoLoop(t *testing.T) {
 		t.Run(name, test)
 	}
 }
+
+// TestSymbols checks that makeSymbols gives every symbolFunc's entries.
+func TestSymbols(t *testing.T) {
+	for name, c := range map[string]struct {
+		f    symbolFunc
+		syms *symbols
+	}{"litlen": {litlenSymbol, litlenSymbols}, "dist": {distSymbol, distSymbols}, "plain": {plainSymbol, plainSymbols}} {
+		for s := range maxSymbols {
+			for clen := uint32(0); clen <= maxCodeBits; clen++ {
+				if got, want := c.syms.base[s]+clen*c.syms.per[s], c.f(s, clen); got != want {
+					t.Fatalf("%s: symbol %d, %d bits: got %#x, want %#x", name, s, clen, got, want)
+				}
+			}
+		}
+	}
+}
