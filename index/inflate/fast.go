@@ -132,6 +132,7 @@ func fastLoopGo(st *fastState) int {
 	nb |= 56
 	e := *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
 	for {
+		sym := bits // the bits from this symbol's first on
 		bits >>= e & 63
 		nb -= uint64(e)
 		if int32(e) < 0 {
@@ -153,6 +154,7 @@ func fastLoopGo(st *fastState) int {
 				}
 			}
 		} else {
+			ext := sym // the bits a length's extra bits are taken from
 			if e&flagExceptional != 0 {
 				if e&flagSub == 0 {
 					if e&flagEnd != 0 {
@@ -162,6 +164,7 @@ func fastLoopGo(st *fastState) int {
 					}
 					break
 				}
+				ext = bits
 				s := *(*uint32)(unsafe.Add(litp, uintptr(e>>16+uint32(bits)&(1<<(e>>8&0xf)-1))*4))
 				bits >>= s & 63
 				nb -= uint64(s)
@@ -182,10 +185,7 @@ func fastLoopGo(st *fastState) int {
 				e = s
 			}
 			// A match: the length, then the distance.
-			extra := e >> 8 & 0xf
-			length := uintptr(e>>16 + uint32(bits)&(1<<extra-1))
-			bits >>= extra
-			nb -= uint64(extra)
+			length := uintptr(e>>16 + uint32(ext&(1<<(e&63)-1))>>(e>>8&0xf))
 			d := *(*uint32)(unsafe.Add(litp, distOff+uintptr(bits&distMask)*4))
 			dext := bits
 			if d&flagExceptional != 0 {

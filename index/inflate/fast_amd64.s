@@ -11,7 +11,8 @@
 //	DI  dp          R11  dpEnd
 //	R8  tab         R12  hp
 //	DX  the entry being decoded, or the next one, looked up
-//	R13 a match's length, R15 its source; AX, CX scratch
+//	R13 the bits from a length's codeword on, then the match's length
+//	R15 the distance entry, then the match's source; AX, CX scratch
 //
 // Entries (huffman.go): bit 31 literal, bit 15 exceptional, bit 14
 // subtable, bit 13 end of block; bits 8-11 mid, 0-7 low.
@@ -71,10 +72,10 @@ TEXT ·fastLoop(SB), NOSPLIT, $0-16
 loop:
 	// Consume the entry in DX: its low byte, from bits and nb.
 	MOVL DX, CX
-	SHRQ CL, BX
-	SUBQ DX, R9
 	TESTL DX, DX
 	JNS  notlit
+	SHRQ CL, BX
+	SUBQ DX, R9
 
 	// Up to three literals.
 	SHRL $16, DX
@@ -108,28 +109,32 @@ lit1:
 	JMP  refill
 
 notlit:
+	MOVQ  BX, R13
+	SHRQ  CL, BX
+	SUBQ  DX, R9
 	TESTL $0x8000, DX
 	JNZ   litexc
 
 length:
-	// A length: its codeword is consumed, its extra bits (mid) follow.
-	MOVL DX, CX
-	SHRL $8, CX
-	ANDL $15, CX
-	MOVL $1, AX
-	SHLL CL, AX
-	DECL AX
-	ANDL BX, AX
-	SHRQ CL, BX
-	SUBQ CX, R9
-	SHRL $16, DX
-	LEAQ (AX)(DX*1), R13
+	// A length, consumed with its extra bits: look up the distance
+	// entry, then value + (R13 & (1<<low-1)) >> mid.
+	MOVBQZX BX, AX
+	MOVL    DISTOFF(R8)(AX*4), R15
+	MOVL    DX, CX
+	MOVL    $1, AX
+	SHLL    CL, AX
+	DECL    AX
+	ANDL    R13, AX
+	MOVL    DX, CX
+	SHRL    $8, CX
+	SHRL    CL, AX
+	SHRL    $16, DX
+	LEAQ    (AX)(DX*1), R13
 
 	// The distance.
-	MOVBQZX BX, AX
-	MOVL    DISTOFF(R8)(AX*4), DX
-	TESTL   $0x8000, DX
-	JNZ     distexc
+	MOVL  R15, DX
+	TESTL $0x8000, DX
+	JNZ   distexc
 
 dist:
 	// value + (bits & (1<<low-1)) >> mid; consume low bits.
@@ -246,6 +251,7 @@ litexc:
 	SUBINDEX
 	MOVL (R8)(AX*4), DX
 	MOVL DX, CX
+	MOVQ BX, R13
 	SHRQ CL, BX
 	SUBQ DX, R9
 	TESTL DX, DX

@@ -19,12 +19,11 @@ import (
 //	       the end-of-block code (end), or an invalid code (neither)
 //	value  literal byte, length or distance base, or subtable start
 //
-// In a literal/length table, low is the codeword length and a length's
-// mid its count of extra bits, which follow: the length is value +
-// (bits&(1<<mid-1)), with bits the stream after the codeword. In a
-// distance table, low is the codeword length plus the extra bits and mid
-// the codeword length: the distance is value + (bits&(1<<low-1))>>mid,
-// with bits the stream from the codeword's first bit.
+// For a length or a distance, low is the codeword length plus the count
+// of extra bits, which follow the codeword, and mid the codeword length:
+// the length or distance is value + (bits&(1<<low-1))>>mid, with bits
+// the stream from the codeword's first bit. For a literal or the end of
+// the block, low is the codeword length.
 //
 // A subtable pointer sits in the primary table: its low is the primary
 // width and its mid the subtable's index width. The subtable is indexed
@@ -117,7 +116,7 @@ func litlenSymbol(sym int, clen uint32) uint32 {
 		return entry(0, flagExceptional|flagEnd, 0, clen)
 	case sym < 286:
 		i := sym - 257
-		return entry(lengthBase[i], 0, lengthExtra[i], clen)
+		return entry(lengthBase[i], 0, clen, clen+lengthExtra[i])
 	}
 	return entry(0, flagExceptional, 0, clen)
 }

@@ -1054,12 +1054,9 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			z.endBlock()
 			return false, nil
 		}
+		length := int(e>>16 + uint32(bits&(1<<(e&0xff)-1))>>(e>>8&0xf))
 		bits >>= e & 0xff
 		nbits -= uint(e & 0xff)
-		extra := uint(e >> 8 & 0xf)
-		length := int(e>>16 + uint32(bits)&(1<<extra-1))
-		bits >>= extra
-		nbits -= extra
 
 		d := dist[bits&distMask]
 		if d&flagSub != 0 {
