@@ -23,6 +23,11 @@ const (
 // buffer, which loads 8 bytes.
 const fastInput = 8
 
+// fastRun bounds the output of one call of the fast loop, which the
+// scheduler cannot preempt while it runs in assembly: DecodeInto asks
+// for whole spans at once, the Reader for chunkSize bytes.
+const fastRun = 256 << 10
+
 // fastLits is the number of literals one turn of huffmanFast's loop may
 // write: the output must be that far before stop at its start.
 const fastLits = 3
@@ -62,6 +67,7 @@ const fastLits = 3
 // The loop itself is fastLoop: in assembly on amd64 (fast_amd64.s), else
 // fastLoopGo, which the tests also run on amd64 (useGoLoop).
 func (z *Reader) huffmanFast(stop int) int {
+	stop = min(stop, z.op+fastRun)
 	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop-(fastLits-1) || len(z.lit) < litTableSize {
 		return fastLimit
 	}
