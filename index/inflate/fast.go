@@ -51,8 +51,10 @@ const fastLits = 3
 //     literals or 20+28 of a match, then peeks 10 more: within 64.
 //     No zero bits are ever appended (virt stays 0).
 //   - Output: dp < stop-2 at the start of a turn, so its literals end at
-//     stop at the latest; stop leaves Margin bytes of out after it for a
-//     match (at most 258 bytes) and its word copies' overrun (at most 7).
+//     stop at the latest; stop leaves Margin (258+16) bytes of out after
+//     it for a match of at most 258 bytes, which the word copies write in
+//     at most 272 bytes from dp (32 at least, then 16 at a time; the Go
+//     loop's 8-byte words at most 264): dp+272 <= stop+269.
 //   - Tables: buildTable makes every primary index and every subtable
 //     entry lie inside the table.
 //   - Matches: a distance beyond the output of the member decoded so far
