@@ -125,3 +125,24 @@ func BenchmarkDecodeSpans(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeSmallBlocks decodes text flushed every 1 KiB, so that
+// building each block's tables costs as much as decoding its symbols.
+func BenchmarkDecodeSmallBlocks(b *testing.B) {
+	data := sample("text", 4<<20)
+	var comp bytes.Buffer
+	w, _ := stdgzip.NewWriterLevel(&comp, 6)
+	for i := 0; i < len(data); i += 1 << 10 {
+		w.Write(data[i:min(i+1<<10, len(data))])
+		w.Flush()
+	}
+	w.Close()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		z := NewReader(bytes.NewReader(comp.Bytes()), Options{})
+		if n, err := io.Copy(io.Discard, z); err != nil || n != int64(len(data)) {
+			b.Fatalf("decoded %d bytes, err %v", n, err)
+		}
+	}
+}

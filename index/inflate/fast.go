@@ -9,165 +9,249 @@ const (
 	fastLimit = iota
 	// fastEnd: the end-of-block code was consumed.
 	fastEnd
-	// fastSlow: the next symbol needs the careful loop (an invalid code,
-	// or a match that reaches into the window before out).
-	fastSlow
+	// fastBadLit, fastBadDist: the stream is corrupt: an invalid
+	// literal/length or distance code.
+	fastBadLit
+	fastBadDist
+	// fastFar: a match (farLen, farDist; consumed, not copied) reaches
+	// before the member's output in out: into DecodeInto's window, or
+	// it is an error.
+	fastFar
 )
 
-// fastInput is the input huffmanFast needs before each symbol: one
-// refill of the bit buffer reads 8 bytes.
+// fastInput is the input huffmanFast needs before each refill of the bit
+// buffer, which loads 8 bytes.
 const fastInput = 8
 
-// kindMask selects the kind of a table entry.
-const kindMask = 0xf << 12
+// fastRun bounds the output of one call of the fast loop, which the
+// scheduler cannot preempt while it runs in assembly: DecodeInto asks
+// for whole spans at once, the Reader for chunkSize bytes.
+const fastRun = 256 << 10
+
+// fastLits is the number of literals one turn of huffmanFast's loop may
+// write: the output must be that far before stop at its start.
+const fastLits = 3
 
 // huffmanFast decodes symbols of a Huffman block while at least
-// fastInput bytes of input are left and the output is before stop: the
-// hot loop of the decoder, with none of the careful loop's checks.
+// fastInput bytes of input are left and the output is fastLits bytes
+// before stop: the hot loop of the decoder, with none of the careful
+// loop's checks.
 //
-// Why it is safe to skip them:
-//   - Input: each symbol starts with a refill that loads 8 bytes at
-//     inPos, and inPos <= inEnd-fastInput. The bit buffer then holds at
-//     least 56 bits, more than one symbol takes (15 + 5 + 15 + 13 for a
-//     match), so no zero bits are ever appended (virt stays 0).
-//   - Output: op < stop before each symbol, and stop leaves Margin bytes
-//     of out after it: a match (at most 258 bytes) and the word copies'
-//     overrun (7) fit.
+// Each turn of the loop starts with the bit buffer just refilled and the
+// entry for its next bits (e) looked up, and decodes up to fastLits
+// literals or one match. The next entry is looked up as soon as the bits
+// it needs are known, before the refill and the match copy, so that the
+// table loads overlap the rest of the work.
+//
+// Why it is safe to skip the careful loop's checks:
+//   - Input: a refill loads 8 bytes at ip, and ip <= inEnd-fastInput
+//     before each one. After it the buffer counts at least 56 bits and
+//     holds 64 real ones (those above nb are the next input bits, which
+//     the next refill ORs in again). A turn consumes at most 3*10 bits of
+//     literals or 20+28 of a match, then peeks 10 more: within 64.
+//     No zero bits are ever appended (virt stays 0).
+//   - Output: dp < stop-2 at the start of a turn, so its literals end at
+//     stop at the latest; stop leaves Margin (258+16) bytes of out after
+//     it for a match of at most 258 bytes, which the word copies write in
+//     at most 272 bytes from dp (32 at least, then 16 at a time; the Go
+//     loop's 8-byte words at most 264): dp+272 <= stop+269.
 //   - Tables: buildTable makes every primary index and every subtable
 //     entry lie inside the table.
 //   - Matches: a distance beyond the output of the member decoded so far
-//     (op-hist) returns fastSlow before anything is consumed or copied.
+//     (op-hist) returns fastFar, for huffman to check and copy.
 //
-// The bit buffer and positions are saved to z on return; a symbol that
-// returned fastSlow is left unconsumed for the careful loop.
+// nb, the count of bits in the buffer, is exact in its low byte only:
+// whole entries are subtracted from it, and the low byte never borrows.
+//
+// The bit buffer and positions are saved to z on return; after an error,
+// past the symbol that was found bad.
+//
+// The loop itself is fastLoop: in assembly on amd64 (fast_amd64.s), else
+// fastLoopGo, which the tests also run on amd64 (useGoLoop).
 func (z *Reader) huffmanFast(stop int) int {
-	bits, nbits := z.bits, z.nbits
-	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop || len(z.lit) == 0 || len(z.dist) == 0 {
+	stop = min(stop, z.op+fastRun)
+	if z.virt != 0 || z.inPos > z.inEnd-fastInput || z.op >= stop-(fastLits-1) || len(z.lit) < litTableSize {
 		return fastLimit
 	}
-	// Pointers rather than slices and indexes, which leaves the
-	// compiler registers enough to keep the loop's state in them: ip is
-	// the next input byte, dp the next output byte; ipEnd, dpEnd and
-	// hp (the start of the member's output) bound them.
 	inp := unsafe.Pointer(unsafe.SliceData(z.in))
 	outp := unsafe.Pointer(unsafe.SliceData(z.out))
-	ip := unsafe.Add(inp, z.inPos)
-	ipEnd := unsafe.Add(inp, z.inEnd-fastInput)
-	dp := unsafe.Add(outp, z.op)
-	dpEnd := unsafe.Add(outp, stop)
-	hp := unsafe.Add(outp, z.hist)
-	litp := unsafe.Pointer(unsafe.SliceData(z.lit))
-	distp := unsafe.Pointer(unsafe.SliceData(z.dist))
+	st := fastState{
+		bits:  z.bits,
+		nb:    uint64(z.nbits),
+		ip:    unsafe.Add(inp, z.inPos),
+		ipEnd: unsafe.Add(inp, z.inEnd-fastInput),
+		dp:    unsafe.Add(outp, z.op),
+		dpEnd: unsafe.Add(outp, stop-(fastLits-1)),
+		hp:    unsafe.Add(outp, z.hist),
+		tab:   unsafe.Pointer(unsafe.SliceData(z.lit)),
+	}
+	var status int
+	if useGoLoop {
+		status = fastLoopGo(&st)
+	} else {
+		status = fastLoop(&st)
+	}
+	z.bits, z.nbits = st.bits, uint(st.nb&0xff)
+	z.inPos = int(uintptr(st.ip) - uintptr(inp))
+	z.op = int(uintptr(st.dp) - uintptr(outp))
+	if status == fastFar {
+		z.farLen, z.farDist = int(st.farLen), int(st.farDist)
+	}
+	return status
+}
+
+// useGoLoop makes huffmanFast run fastLoopGo where fastLoop is in
+// assembly; for tests.
+var useGoLoop = false
+
+// fastState is the fast loop's state: read on entry, written back on
+// return. fast_amd64.s finds its fields by the offsets in go_asm.h.
+type fastState struct {
+	bits uint64
+	nb   uint64 // exact in its low byte only
+	// ip is the next input byte, dp the next output byte; ipEnd and
+	// dpEnd bound them, hp is the start of the member's output.
+	ip, ipEnd unsafe.Pointer
+	dp, dpEnd unsafe.Pointer
+	hp        unsafe.Pointer
+	// tab is the block's tables: the literal/length table, then at
+	// litTableSize entries the distance table.
+	tab unsafe.Pointer
+	// The match a fastFar leaves to huffman.
+	farLen, farDist uintptr
+}
+
+// fastLoopGo is huffmanFast's loop in Go.
+func fastLoopGo(st *fastState) int {
+	// Locals rather than st's fields, which the compiler keeps in
+	// registers.
+	bits, nb := st.bits, st.nb
+	ip, ipEnd := st.ip, st.ipEnd
+	dp, dpEnd := st.dp, st.dpEnd
+	hp := st.hp
+	litp := st.tab
+	const distOff = litTableSize * 4
 	const litMask = 1<<litPrimaryBits - 1
 	const distMask = 1<<distPrimaryBits - 1
 	status := fastLimit
-loop:
-	for uintptr(ip) <= uintptr(ipEnd) && uintptr(dp) < uintptr(dpEnd) {
-		bits |= *(*uint64)(ip) << (nbits & 63)
-		ip = unsafe.Add(ip, int(63-nbits)>>3)
-		nbits |= 56
 
-		e := *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
-		if e&kindMask == 0 {
-			// Literals come in runs: up to three from one refill (a
-			// primary code takes at most litPrimaryBits).
-			bits >>= e & 63
-			nbits -= uint(e & 63)
+	bits |= *(*uint64)(ip) << (nb & 63)
+	ip = unsafe.Add(ip, 7-(nb>>3)&7)
+	nb |= 56
+	e := *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+	for {
+		sym := bits // the bits from this symbol's first on
+		bits >>= e & 63
+		nb -= uint64(e)
+		if int32(e) < 0 {
 			*(*byte)(dp) = byte(e >> 16)
 			dp = unsafe.Add(dp, 1)
-			for range 2 {
+			e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+			if int32(e) < 0 {
+				bits >>= e & 63
+				nb -= uint64(e)
+				*(*byte)(dp) = byte(e >> 16)
+				dp = unsafe.Add(dp, 1)
 				e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
-				if e&kindMask != 0 || uintptr(dp) >= uintptr(dpEnd) {
-					continue loop
+				if int32(e) < 0 {
+					bits >>= e & 63
+					nb -= uint64(e)
+					*(*byte)(dp) = byte(e >> 16)
+					dp = unsafe.Add(dp, 1)
+					e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
 				}
-				bits >>= e & 63
-				nbits -= uint(e & 63)
-				*(*byte)(dp) = byte(e >> 16)
-				dp = unsafe.Add(dp, 1)
 			}
-			continue
-		}
-		if e&kindMask == kindSub<<12 {
-			e = *(*uint32)(unsafe.Add(litp, uintptr(e>>16+uint32(bits>>litPrimaryBits)&(1<<(e&31)-1))*4))
-			if e&kindMask == 0 {
-				bits >>= e & 63
-				nbits -= uint(e & 63)
-				*(*byte)(dp) = byte(e >> 16)
-				dp = unsafe.Add(dp, 1)
-				continue
+		} else {
+			ext := sym // the bits a length's extra bits are taken from
+			if e&flagExceptional != 0 {
+				if e&flagSub == 0 {
+					if e&flagEnd != 0 {
+						status = fastEnd
+					} else {
+						status = fastBadLit
+					}
+					break
+				}
+				ext = bits
+				s := *(*uint32)(unsafe.Add(litp, uintptr(e>>16+uint32(bits)&(1<<(e>>8&0xf)-1))*4))
+				bits >>= s & 63
+				nb -= uint64(s)
+				if int32(s) < 0 {
+					*(*byte)(dp) = byte(s >> 16)
+					dp = unsafe.Add(dp, 1)
+					e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
+					goto refill
+				}
+				if s&flagExceptional != 0 {
+					if s&flagEnd != 0 {
+						status = fastEnd
+					} else {
+						status = fastBadLit
+					}
+					break
+				}
+				e = s
 			}
-		}
-		switch e & kindMask {
-		case kindLength << 12:
-		case kindEnd << 12:
-			bits >>= e & 63
-			nbits -= uint(e & 63)
-			status = fastEnd
-			break loop
-		default:
-			status = fastSlow
-			break loop
-		}
-		// A match: length, then distance. Nothing is consumed until
-		// both are known good, so that the careful loop can take the
-		// symbol again when they are not.
-		total := e & 63
-		length := int(e>>16 + uint32(bits>>(e>>8&0xf))&(1<<((total-e>>8&0xf)&31)-1))
-		mb := bits >> total
-		d := *(*uint32)(unsafe.Add(distp, uintptr(mb&distMask)*4))
-		if d&kindMask == kindSub<<12 {
-			d = *(*uint32)(unsafe.Add(distp, uintptr(d>>16+uint32(mb>>distPrimaryBits)&(1<<(d&31)-1))*4))
-		}
-		if d&kindMask != kindDist<<12 {
-			status = fastSlow
-			break
-		}
-		dtotal := d & 63
-		distance := uintptr(d>>16 + uint32(mb>>(d>>8&0xf))&(1<<((dtotal-d>>8&0xf)&31)-1))
-		if uintptr(dp)-uintptr(hp) < distance {
-			// Before the member's output in out: DecodeInto's window
-			// (pre), in the first WindowSize bytes of a span, or an
-			// error for the careful loop to report.
-			op := int(uintptr(dp) - uintptr(outp))
-			if int(distance) > op-z.hist+len(z.pre) {
-				status = fastSlow
+			// A match: the length, then the distance.
+			length := uintptr(e>>16 + uint32(ext&(1<<(e&63)-1))>>(e>>8&0xf))
+			d := *(*uint32)(unsafe.Add(litp, distOff+uintptr(bits&distMask)*4))
+			dext := bits
+			if d&flagExceptional != 0 {
+				if d&flagSub == 0 {
+					status = fastBadDist
+					break
+				}
+				dext = bits >> distPrimaryBits
+				nb -= distPrimaryBits
+				d = *(*uint32)(unsafe.Add(litp, distOff+uintptr(d>>16+uint32(dext)&(1<<(d>>8&0xf)-1))*4))
+				if d&flagExceptional != 0 {
+					status = fastBadDist
+					break
+				}
+			}
+			distance := uintptr(d>>16 + uint32(dext&(1<<(d&63)-1))>>(d>>8&0xf))
+			bits = dext >> (d & 63)
+			nb -= uint64(d)
+			if uintptr(dp)-uintptr(hp) < distance {
+				st.farLen, st.farDist = length, distance
+				status = fastFar
 				break
 			}
-			bits = mb >> dtotal
-			nbits -= uint(total + dtotal)
-			z.copyPre(op, int(distance), length)
-			dp = unsafe.Add(dp, length)
-			continue
-		}
-		bits = mb >> dtotal
-		nbits -= uint(total + dtotal)
+			e = *(*uint32)(unsafe.Add(litp, uintptr(bits&litMask)*4))
 
-		src := unsafe.Add(dp, -int(distance))
-		switch {
-		case distance >= 8:
-			// Word copies, forward: each word read lies before the
-			// bytes being written; they may write up to 7 bytes past
-			// the match, inside the margin.
-			*(*uint64)(dp) = *(*uint64)(src)
-			*(*uint64)(unsafe.Add(dp, 8)) = *(*uint64)(unsafe.Add(src, 8))
-			for k := 16; k < length; k += 8 {
-				*(*uint64)(unsafe.Add(dp, k)) = *(*uint64)(unsafe.Add(src, k))
+			src := unsafe.Add(dp, -int(distance))
+			switch {
+			case distance >= 8:
+				// Word copies, forward: each word read lies before the
+				// bytes being written; they may write up to 7 bytes past
+				// the match, inside the margin.
+				*(*uint64)(dp) = *(*uint64)(src)
+				*(*uint64)(unsafe.Add(dp, 8)) = *(*uint64)(unsafe.Add(src, 8))
+				for k := uintptr(16); k < length; k += 8 {
+					*(*uint64)(unsafe.Add(dp, k)) = *(*uint64)(unsafe.Add(src, k))
+				}
+			case distance == 1:
+				v := uint64(*(*byte)(src)) * 0x0101010101010101
+				for k := uintptr(0); k < length; k += 8 {
+					*(*uint64)(unsafe.Add(dp, k)) = v
+				}
+			default:
+				for k := uintptr(0); k < length; k++ {
+					*(*byte)(unsafe.Add(dp, k)) = *(*byte)(unsafe.Add(src, k))
+				}
 			}
-		case distance == 1:
-			v := uint64(*(*byte)(src)) * 0x0101010101010101
-			for k := 0; k < length; k += 8 {
-				*(*uint64)(unsafe.Add(dp, k)) = v
-			}
-		default:
-			for k := 0; k < length; k++ {
-				*(*byte)(unsafe.Add(dp, k)) = *(*byte)(unsafe.Add(src, k))
-			}
+			dp = unsafe.Add(dp, length)
 		}
-		dp = unsafe.Add(dp, length)
+	refill:
+		if uintptr(ip) > uintptr(ipEnd) || uintptr(dp) >= uintptr(dpEnd) {
+			break
+		}
+		bits |= *(*uint64)(ip) << (nb & 63)
+		ip = unsafe.Add(ip, 7-(nb>>3)&7)
+		nb |= 56
 	}
-	z.bits, z.nbits = bits, nbits
-	z.inPos = int(uintptr(ip) - uintptr(inp))
-	z.op = int(uintptr(dp) - uintptr(outp))
+	st.bits, st.nb = bits, nb
+	st.ip, st.dp = ip, dp
 	return status
 }
 

@@ -8,26 +8,32 @@ import (
 // A decode table maps the next bits of the stream (LSB first) to a symbol.
 // Each entry is a uint32:
 //
-//	 31            16 15   12 11    8 7        0
-//	+----------------+-------+-------+----------+
-//	|     value      | kind  | clen  |  total   |
-//	+----------------+-------+-------+----------+
+//	 31  30          16 15  14  13  12 11    8 7        0
+//	+---+--------------+---+---+---+--+-------+----------+
+//	|lit|    value     |exc|sub|end|  |  mid  |   low    |
+//	+---+--------------+---+---+---+--+-------+----------+
 //
-//	total  bits to consume: codeword length plus extra bits
-//	clen   codeword length; extra bits sit just above it
-//	kind   kindLiteral, kindLength, kindEnd, kindDist, kindSub, kindInvalid
+//	low    bits to consume at once
+//	lit    a literal: value is the byte (the sign bit, for a cheap test)
+//	exc    not a literal, length or distance: a subtable pointer (sub),
+//	       the end-of-block code (end), or an invalid code (neither)
 //	value  literal byte, length or distance base, or subtable start
 //
-// A subtable entry's total holds the subtable's index width instead; the
-// subtable is indexed by the bits above the primary width, and its entries
-// carry the full codeword length.
+// For a length or a distance, low is the codeword length plus the count
+// of extra bits, which follow the codeword, and mid the codeword length:
+// the length or distance is value + (bits&(1<<low-1))>>mid, with bits
+// the stream from the codeword's first bit. For a literal or the end of
+// the block, low is the codeword length.
+//
+// A subtable pointer sits in the primary table: its low is the primary
+// width and its mid the subtable's index width. The subtable is indexed
+// by the bits that follow the primary ones, and its entries count only
+// those bits: codeword lengths in them leave out the primary width.
 const (
-	kindLiteral = iota
-	kindLength
-	kindEnd
-	kindDist
-	kindSub
-	kindInvalid
+	flagLiteral     = 1 << 31
+	flagExceptional = 1 << 15
+	flagSub         = 1 << 14
+	flagEnd         = 1 << 13
 )
 
 const (
@@ -35,13 +41,35 @@ const (
 	distPrimaryBits = 8
 	clenPrimaryBits = 7
 	maxCodeBits     = 15
+	maxSymbols      = 288 // the most codewords of a code: the fixed literal/length code
 )
 
-func entry(value uint32, kind, clen, total uint32) uint32 {
-	return value<<16 | kind<<12 | clen<<8 | total
+// Room for a table with its subtables. A subtable of width w needs at
+// least w+1 codewords under its prefix, and a code has at most maxSymbols:
+// w = 15-10 = 5 gives the most entries per codeword (32 for 6), so the
+// subtables of a literal/length table add at most 288*32/6 = 1536
+// entries; those of a distance table (w <= 7) at most 32*128/8 = 512.
+// buildTable refuses a code that would not fit all the same.
+const (
+	litTableSize  = 1<<litPrimaryBits + 1536
+	distTableSize = 1<<distPrimaryBits + 512
+)
+
+// tables holds a block's literal/length table and, at a fixed offset
+// after it, its distance table: the fast loop reaches both from one
+// pointer.
+type tables [litTableSize + distTableSize]uint32
+
+func (t *tables) lit() []uint32  { return t[:litTableSize] }
+func (t *tables) dist() []uint32 { return t[litTableSize:] }
+
+func entry(value, flags, mid, low uint32) uint32 {
+	return value<<16 | flags | mid<<8 | low
 }
 
-const invalidEntry = kindInvalid << 12
+// invalidEntry fills the entries of an incomplete code that no codeword
+// reaches: it consumes nothing.
+const invalidEntry = flagExceptional
 
 var lengthBase = [29]uint32{3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31,
 	35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258}
@@ -54,42 +82,76 @@ var distExtra = [30]uint32{0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6,
 
 var errBadCode = errors.New("invalid Huffman code lengths")
 
-// symbolEntry returns the table entry for symbol sym of a code with the
-// given codeword length.
+// A symbolFunc returns the table entry for symbol sym, with clen bits of
+// its codeword left to consume at the entry.
 type symbolFunc func(sym int, clen uint32) uint32
+
+// symbols holds a symbolFunc's entries for buildTable: that of symbol s
+// with clen bits left is base[s] + clen*per[s] (every symbolFunc is
+// affine in clen).
+type symbols struct {
+	base, per [maxSymbols]uint32
+}
+
+var (
+	litlenSymbols = makeSymbols(litlenSymbol)
+	distSymbols   = makeSymbols(distSymbol)
+	plainSymbols  = makeSymbols(plainSymbol)
+)
+
+func makeSymbols(f symbolFunc) *symbols {
+	s := new(symbols)
+	for i := range maxSymbols {
+		s.base[i] = f(i, 0)
+		s.per[i] = f(i, 1) - f(i, 0)
+	}
+	return s
+}
 
 func litlenSymbol(sym int, clen uint32) uint32 {
 	switch {
 	case sym < 256:
-		return entry(uint32(sym), kindLiteral, clen, clen)
+		return entry(uint32(sym), flagLiteral, 0, clen)
 	case sym == 256:
-		return entry(0, kindEnd, clen, clen)
+		return entry(0, flagExceptional|flagEnd, 0, clen)
 	case sym < 286:
 		i := sym - 257
-		return entry(lengthBase[i], kindLength, clen, clen+lengthExtra[i])
+		return entry(lengthBase[i], 0, clen, clen+lengthExtra[i])
 	}
-	return invalidEntry
+	return entry(0, flagExceptional, 0, clen)
 }
 
 func distSymbol(sym int, clen uint32) uint32 {
 	if sym < 30 {
-		return entry(distBase[sym], kindDist, clen, clen+distExtra[sym])
+		return entry(distBase[sym], 0, clen, clen+distExtra[sym])
 	}
-	return invalidEntry
+	return entry(0, flagExceptional, clen, clen)
 }
 
 func plainSymbol(sym int, clen uint32) uint32 {
-	return entry(uint32(sym), kindLiteral, clen, clen)
+	return entry(uint32(sym), flagLiteral, 0, clen)
 }
 
-// buildTable fills table (reusing its storage) for the canonical Huffman
-// code with the given codeword lengths. Over-subscribed and incomplete
-// codes are rejected, but for an empty code and a single one-bit codeword,
-// whose unused entries fail when decoded.
-func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) ([]uint32, error) {
-	var count [maxCodeBits + 1]int
-	for _, l := range lengths {
-		count[l]++
+// buildTable fills the start of table for the canonical Huffman code with
+// the given codeword lengths. Over-subscribed and incomplete codes are
+// rejected, but for an empty code and a single one-bit codeword, whose
+// unused entries fail when decoded.
+func buildTable(table []uint32, lengths []uint8, primary uint, syms *symbols) error {
+	if len(lengths) > maxSymbols {
+		return errBadCode
+	}
+	// Two counts, added up after, so that runs of one length do not
+	// wait on the same counter.
+	var count, count2 [maxCodeBits + 1]int
+	for i := 1; i < len(lengths); i += 2 {
+		count[lengths[i-1]&maxCodeBits]++
+		count2[lengths[i]&maxCodeBits]++
+	}
+	if len(lengths)%2 == 1 {
+		count[lengths[len(lengths)-1]&maxCodeBits]++
+	}
+	for l := range count {
+		count[l] += count2[l]
 	}
 	count[0] = 0 // unused symbols
 	left := 1
@@ -97,7 +159,7 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 		left <<= 1
 		left -= count[l]
 		if left < 0 {
-			return table, errBadCode
+			return errBadCode
 		}
 	}
 	// Like zlib and Go's decoder, accept an incomplete code only when it
@@ -108,42 +170,52 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 			codes += count[l]
 		}
 		if !(codes == 0 || codes == 1 && count[1] == 1) {
-			return table, errBadCode
+			return errBadCode
 		}
 	}
-	// The canonical first codeword of each length.
+	// The canonical first codeword of each length, and the symbols in
+	// canonical order (by length, then symbol): those of length l start
+	// at first[l].
 	var next [maxCodeBits + 1]uint32
+	var first [maxCodeBits + 2]int
 	code := uint32(0)
 	for l := 1; l <= maxCodeBits; l++ {
 		code = (code + uint32(count[l-1])) << 1
 		next[l] = code
+		first[l+1] = first[l] + count[l]
+	}
+	var sorted [maxSymbols]uint16
+	at := first
+	for s, l := range lengths {
+		if l != 0 {
+			sorted[at[l&maxCodeBits]] = uint16(s)
+			at[l&maxCodeBits]++
+		}
 	}
 
 	size := 1 << primary
 	primaryMask := uint32(size - 1)
-	// First pass: the longest codeword under each primary prefix decides
-	// the width of that prefix's subtable.
+	// The longest codeword under each primary prefix decides the width
+	// of that prefix's subtable; subs lists those prefixes.
 	var subBits [1 << litPrimaryBits]uint8
-	codes := next
-	for _, l := range lengths {
-		if uint(l) <= primary {
-			continue
-		}
-		c := codes[l]
-		codes[l]++
-		p := reverse(c, uint(l)) & primaryMask
-		if w := l - uint8(primary); w > subBits[p] {
-			subBits[p] = w
+	var subs [maxSymbols]uint16
+	nsubs := 0
+	for l := primary + 1; l <= maxCodeBits; l++ {
+		for c := next[l]; c < next[l]+uint32(count[l]); c++ {
+			p := reverse(c, l) & primaryMask
+			if subBits[p] == 0 {
+				subs[nsubs] = uint16(p)
+				nsubs++
+			}
+			subBits[p] = uint8(l - primary) // lengths only grow
 		}
 	}
 	total := size
-	for p := 0; p < size; p++ {
-		if subBits[p] > 0 {
-			total += 1 << subBits[p]
-		}
+	for _, p := range subs[:nsubs] {
+		total += 1 << subBits[p]
 	}
-	if cap(table) < total {
-		table = make([]uint32, total)
+	if total > len(table) {
+		return errBadCode
 	}
 	table = table[:total]
 	if left > 0 {
@@ -153,37 +225,54 @@ func buildTable(table []uint32, lengths []uint8, primary uint, sym symbolFunc) (
 			table[i] = invalidEntry
 		}
 	}
-	at := size
-	for p := 0; p < size; p++ {
-		if w := subBits[p]; w > 0 {
-			table[p] = entry(uint32(at), kindSub, 0, uint32(w))
-			at += 1 << w
-		}
-	}
-	codes = next
-	for s, l := range lengths {
-		if l == 0 {
+	// The primary entries, one length at a time: with those of the
+	// codewords up to width bits in table[:1<<width], doubling that
+	// part gives the entries at width+1 of all but the longer codewords,
+	// which are then written in.
+	width := uint(0)
+	for l := uint(1); l <= primary; l++ {
+		if count[l] == 0 {
 			continue
 		}
-		c := codes[l]
-		codes[l]++
-		r := reverse(c, uint(l))
-		e := sym(s, uint32(l))
-		if uint(l) <= primary {
-			for i := r; i < uint32(size); i += 1 << l {
-				table[i] = e
+		if width == 0 {
+			width = l
+		}
+		for ; width < l; width++ {
+			copy(table[1<<width:2<<width], table[:1<<width])
+		}
+		c := next[l]
+		for _, s := range sorted[first[l]:first[l+1]] {
+			table[reverse(c, l)] = syms.base[s] + uint32(l)*syms.per[s]
+			c++
+		}
+	}
+	if width > 0 {
+		for ; width < primary; width++ {
+			copy(table[1<<width:2<<width], table[:1<<width])
+		}
+	}
+	// Then the subtables.
+	at2 := size
+	for _, p := range subs[:nsubs] {
+		w := subBits[p]
+		table[p] = entry(uint32(at2), flagExceptional|flagSub, uint32(w), uint32(primary))
+		at2 += 1 << w
+	}
+	for l := primary + 1; l <= maxCodeBits; l++ {
+		c := next[l]
+		for _, s := range sorted[first[l]:first[l+1]] {
+			r := reverse(c, l)
+			c++
+			e := syms.base[s] + uint32(l-primary)*syms.per[s]
+			sub := table[r&primaryMask]
+			start := sub >> 16
+			w := sub >> 8 & 0xf
+			for i := r >> primary; i < 1<<w; i += 1 << (l - primary) {
+				table[start+i] = e
 			}
-			continue
-		}
-		sub := table[r&primaryMask]
-		start := sub >> 16
-		w := sub & 0xff
-		hi := r >> primary
-		for i := hi; i < 1<<w; i += 1 << (uint(l) - primary) {
-			table[start+i] = e
 		}
 	}
-	return table, nil
+	return nil
 }
 
 // reverse returns the n low bits of code in reverse order.

@@ -137,9 +137,10 @@ type Reader struct {
 	final      bool
 	storedLeft int
 	lit, dist  []uint32 // current tables
-	dynLit     []uint32
-	dynDist    []uint32
-	lens       [320]uint8
+	dyn        *tables  // a dynamic block's tables, reused
+	// A match huffmanFast left for huffman to copy (fastFar).
+	farLen, farDist int
+	lens            [320]uint8
 
 	crcOn    bool
 	crc      uint32
@@ -752,7 +753,7 @@ func (z *Reader) blockHeader() error {
 		z.storedLeft = int(n)
 		z.state = stStored
 	case 1:
-		z.lit, z.dist = fixedTables()
+		z.lit, z.dist = fixedTables.lit(), fixedTables.dist()
 		z.state = stHuffman
 	case 2:
 		if err := z.dynamicTables(); err != nil {
@@ -850,8 +851,8 @@ func (z *Reader) dynamicTables() error {
 		clens[clenOrder[i]] = uint8(b)
 	}
 	var clTable [1 << clenPrimaryBits]uint32
-	t, err := buildTable(clTable[:0], clens[:], clenPrimaryBits, plainSymbol)
-	if err != nil {
+	t := clTable[:]
+	if err := buildTable(t, clens[:], clenPrimaryBits, plainSymbols); err != nil {
 		return z.corrupt("code length code: %v", err)
 	}
 	lens := z.lens[:nlit+ndist]
@@ -862,7 +863,7 @@ func (z *Reader) dynamicTables() error {
 			}
 		}
 		e := t[z.bits&(1<<clenPrimaryBits-1)]
-		if e>>12&0xf != kindLiteral {
+		if int32(e) >= 0 {
 			return z.corrupt("invalid code length code")
 		}
 		n := uint(e & 0xff)
@@ -871,7 +872,7 @@ func (z *Reader) dynamicTables() error {
 		if z.overread() {
 			return z.truncated()
 		}
-		sym := e >> 16
+		sym := e >> 16 & 0xff
 		if sym < 16 {
 			lens[i] = uint8(sym)
 			i++
@@ -913,19 +914,23 @@ func (z *Reader) dynamicTables() error {
 	if lens[256] == 0 {
 		return z.corrupt("no end-of-block code")
 	}
-	if z.dynLit, err = buildTable(z.dynLit, lens[:nlit], litPrimaryBits, litlenSymbol); err != nil {
+	if z.dyn == nil {
+		z.dyn = new(tables)
+	}
+	if err := buildTable(z.dyn.lit(), lens[:nlit], litPrimaryBits, litlenSymbols); err != nil {
 		return z.corrupt("literal/length code: %v", err)
 	}
-	if z.dynDist, err = buildTable(z.dynDist, lens[nlit:], distPrimaryBits, distSymbol); err != nil {
+	if err := buildTable(z.dyn.dist(), lens[nlit:], distPrimaryBits, distSymbols); err != nil {
 		return z.corrupt("distance code: %v", err)
 	}
-	z.lit, z.dist = z.dynLit, z.dynDist
+	z.lit, z.dist = z.dyn.lit(), z.dyn.dist()
 	return nil
 }
 
 var clenOrder = [19]int{16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15}
 
-var fixedLit, fixedDist []uint32
+// fixedTables are the tables of the fixed codes.
+var fixedTables = new(tables)
 
 func init() {
 	var lens [288]uint8
@@ -941,29 +946,40 @@ func init() {
 			lens[i] = 8
 		}
 	}
-	var err error
-	if fixedLit, err = buildTable(nil, lens[:], litPrimaryBits, litlenSymbol); err != nil {
+	if err := buildTable(fixedTables.lit(), lens[:], litPrimaryBits, litlenSymbols); err != nil {
 		panic(err)
 	}
 	var dl [32]uint8 // 30 and 31 are unused: distSymbol makes them invalid
 	for i := range dl {
 		dl[i] = 5
 	}
-	if fixedDist, err = buildTable(nil, dl[:], distPrimaryBits, distSymbol); err != nil {
+	if err := buildTable(fixedTables.dist(), dl[:], distPrimaryBits, distSymbols); err != nil {
 		panic(err)
 	}
 }
-
-func fixedTables() ([]uint32, []uint32) { return fixedLit, fixedDist }
 
 // huffman decodes symbols of a Huffman block until the block ends or the
 // output reaches stop: with huffmanFast while the input and the output are
 // far from their ends, else with huffmanCareful.
 func (z *Reader) huffman(stop int) error {
 	for {
-		if z.huffmanFast(stop) == fastEnd {
+		switch z.huffmanFast(stop) {
+		case fastEnd:
 			z.endBlock()
 			return nil
+		case fastBadLit:
+			return z.corrupt("invalid literal/length code")
+		case fastBadDist:
+			return z.corrupt("invalid distance code")
+		case fastFar:
+			// Before the member's output in out: DecodeInto's window
+			// (pre), in the first WindowSize bytes of a span, or an
+			// error.
+			if z.farDist > z.op-z.hist+len(z.pre) {
+				return z.corrupt("distance %d too far back", z.farDist)
+			}
+			z.copyPre(z.op, z.farDist, z.farLen)
+			z.op += z.farLen
 		}
 		again, err := z.huffmanCareful(stop)
 		if err != nil || !again {
@@ -1008,11 +1024,12 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			}
 		}
 		e := lit[bits&litMask]
-		if e>>12&0xf == kindSub {
-			e = lit[e>>16+uint32(bits>>litPrimaryBits)&(1<<(e&0xff)-1)]
+		if e&flagSub != 0 {
+			bits >>= litPrimaryBits
+			nbits -= litPrimaryBits
+			e = lit[e>>16+uint32(bits)&(1<<(e>>8&0xf)-1)]
 		}
-		switch e >> 12 & 0xf {
-		case kindLiteral:
+		if int32(e) < 0 {
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
 			if nbits < virt {
@@ -1022,8 +1039,12 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			out[op] = byte(e >> 16)
 			op++
 			continue
-		case kindLength:
-		case kindEnd:
+		}
+		if e&flagExceptional != 0 {
+			if e&flagEnd == 0 {
+				save()
+				return false, z.corrupt("invalid literal/length code")
+			}
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
 			save()
@@ -1032,29 +1053,24 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			}
 			z.endBlock()
 			return false, nil
-		default:
-			save()
-			return false, z.corrupt("invalid literal/length code")
 		}
-		total := e & 0xff
-		clen := e >> 8 & 0xf
-		length := int(e>>16 + uint32(bits>>clen)&(1<<(total-clen)-1))
-		bits >>= total
-		nbits -= uint(total)
+		length := int(e>>16 + uint32(bits&(1<<(e&0xff)-1))>>(e>>8&0xf))
+		bits >>= e & 0xff
+		nbits -= uint(e & 0xff)
 
 		d := dist[bits&distMask]
-		if d>>12&0xf == kindSub {
-			d = dist[d>>16+uint32(bits>>distPrimaryBits)&(1<<(d&0xff)-1)]
+		if d&flagSub != 0 {
+			bits >>= distPrimaryBits
+			nbits -= distPrimaryBits
+			d = dist[d>>16+uint32(bits)&(1<<(d>>8&0xf)-1)]
 		}
-		if d>>12&0xf != kindDist {
+		if d&flagExceptional != 0 {
 			save()
 			return false, z.corrupt("invalid distance code")
 		}
-		total = d & 0xff
-		clen = d >> 8 & 0xf
-		distance := int(d>>16 + uint32(bits>>clen)&(1<<(total-clen)-1))
-		bits >>= total
-		nbits -= uint(total)
+		distance := int(d>>16 + uint32(bits&(1<<(d&0xff)-1))>>(d>>8&0xf))
+		bits >>= d & 0xff
+		nbits -= uint(d & 0xff)
 		if nbits < virt {
 			save()
 			return false, z.truncated()

@@ -435,6 +435,14 @@ func FuzzInflate(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// The fast loop in Go decodes the same bytes as the one in
+		// assembly (where there is one).
+		useGoLoop = true
+		again, err := io.ReadAll(NewReader(bytes.NewReader(comp), Options{}))
+		useGoLoop = false
+		if err != nil || !bytes.Equal(again, got) {
+			t.Fatalf("with the Go loop: err %v, equal %v", err, bytes.Equal(again, got))
+		}
 		for _, cp := range cps {
 			z, err := NewReaderAt(bytes.NewReader(comp[cp.In:]), cp, Options{})
 			if err != nil {
@@ -551,5 +559,38 @@ func TestOnData(t *testing.T) {
 	got, err := io.ReadAll(z)
 	if err != nil || !bytes.Equal(got, data) || !bytes.Equal(seen, data) {
 		t.Fatalf("err %v, read equal %v, seen equal %v", err, bytes.Equal(got, data), bytes.Equal(seen, data))
+	}
+}
+
+// TestGoLoop runs the decoding tests again with fastLoopGo, which amd64
+// builds otherwise leave to the assembly loop.
+func TestGoLoop(t *testing.T) {
+	useGoLoop = true
+	t.Cleanup(func() { useGoLoop = false })
+	for name, test := range map[string]func(*testing.T){
+		"RoundTrip":        TestRoundTrip,
+		"Resume":           TestResume,
+		"Truncated":        TestTruncated,
+		"Corrupt":          TestCorrupt,
+		"DecodeIntoErrors": TestDecodeIntoErrors,
+		"DiscardAndLimit":  TestDiscardAndLimit,
+	} {
+		t.Run(name, test)
+	}
+}
+
+// TestSymbols checks that makeSymbols gives every symbolFunc's entries.
+func TestSymbols(t *testing.T) {
+	for name, c := range map[string]struct {
+		f    symbolFunc
+		syms *symbols
+	}{"litlen": {litlenSymbol, litlenSymbols}, "dist": {distSymbol, distSymbols}, "plain": {plainSymbol, plainSymbols}} {
+		for s := range maxSymbols {
+			for clen := uint32(0); clen <= maxCodeBits; clen++ {
+				if got, want := c.syms.base[s]+clen*c.syms.per[s], c.f(s, clen); got != want {
+					t.Fatalf("%s: symbol %d, %d bits: got %#x, want %#x", name, s, clen, got, want)
+				}
+			}
+		}
 	}
 }
