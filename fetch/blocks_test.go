@@ -739,3 +739,50 @@ func TestBlocksReadBeside(t *testing.T) {
 	// Block 5 twice (the abandoned fetch), every other block once.
 	require.Equal(t, []int64{0, 1 << 10, 2 << 10, 3 << 10, 4 << 10, 5 << 10, 5 << 10, 6 << 10, 7 << 10}, src.Offsets())
 }
+
+// TestBlocksReadRangeJoins checks that ReadRange joins the fetches under
+// way of the blocks a range lies in, and asks for exact bytes when one of
+// them is only queued or absent.
+func TestBlocksReadRangeJoins(t *testing.T) {
+	data := randomBytes(4<<10, 5)
+	src := newMemSource(data)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 16)
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 10, Workers: 1, CacheBytes: 64 << 10})
+	ctx := t.Context()
+	bg := make(chan error, 1)
+	go func() {
+		_, err := b.ReadBeside(ctx, make([]byte, 1<<10), 1<<10)
+		bg <- err
+	}()
+	require.Equal(t, int64(1<<10), <-src.Started)
+	joined := make(chan error, 1)
+	p := make([]byte, 300)
+	go func() {
+		_, err := b.ReadRange(ctx, p, 1<<10+200)
+		joined <- err
+	}()
+	select {
+	case off := <-src.Started:
+		t.Fatalf("ReadRange of a block being fetched started a fetch at %d, want none", off)
+	case <-time.After(50 * time.Millisecond):
+	}
+	src.Gate <- struct{}{}
+	require.NoError(t, <-bg)
+	require.NoError(t, <-joined)
+	require.True(t, bytes.Equal(data[1<<10+200:1<<10+500], p), "joined bytes")
+
+	// Across block 1 (kept: ReadRange read it too) and block 2 (absent):
+	// an exact request.
+	q := make([]byte, 600)
+	exact := make(chan error, 1)
+	go func() {
+		_, err := b.ReadRange(ctx, q, 1<<10+800)
+		exact <- err
+	}()
+	require.Equal(t, int64(1<<10+800), <-src.Started)
+	src.Gate <- struct{}{}
+	require.NoError(t, <-exact)
+	require.True(t, bytes.Equal(data[1<<10+800:1<<10+1400], q), "exact bytes")
+	require.Len(t, src.Offsets(), 2)
+}

@@ -174,13 +174,18 @@ func (r RangeReader) ReadAt(ctx context.Context, p []byte, off int64) (int, erro
 }
 
 // ReadRange reads len(p) bytes at off like Source.ReadAt: from memory or
-// disk if ReadCached can, else with one request for exactly those bytes,
-// which it then queues for writing to the disk cache as one entry (so that
-// a later mount finds the range there). The request counts in b's Stats;
-// it is not a block fetch, and neither joins nor fills the block cache. p
-// is not retained. It is safe for concurrent use.
+// disk if ReadCached can, or from the fetches under way of the blocks it
+// lies in when each is cached or being fetched (a stream's, ReadBeside's:
+// the same bytes are not asked for twice), else with one request for
+// exactly those bytes, which it then queues for writing to the disk cache
+// as one entry (so that a later mount finds the range there). The request
+// counts in b's Stats; it is not a block fetch, and does not fill the
+// block cache. p is not retained. It is safe for concurrent use.
 func (b *Blocks) ReadRange(ctx context.Context, p []byte, off int64) (int, error) {
 	if off >= 0 && b.ReadCached(p, off) {
+		return len(p), nil
+	}
+	if b.joinFetching(ctx, p, off) {
 		return len(p), nil
 	}
 	n, err := b.readSource(ctx, p, off)
@@ -195,4 +200,42 @@ func (b *Blocks) ReadRange(ctx context.Context, p []byte, off int64) (int, error
 		b.diskDropped.Add(1)
 	}
 	return n, err
+}
+
+// joinFetching copies len(p) bytes at off into p from the blocks they lie
+// in, waiting for their fetches, when each of them is cached or being
+// fetched (not merely queued), and reports whether it did.
+func (b *Blocks) joinFetching(ctx context.Context, p []byte, off int64) bool {
+	end := off + int64(len(p))
+	if off < 0 || len(p) == 0 || end > b.size {
+		return false
+	}
+	var stack [4]*block
+	held := stack[:0]
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	for i := off / b.blockSize; i <= (end-1)/b.blockSize; i++ {
+		if blk := b.blocks[i]; blk == nil || blk.state == blockQueued {
+			b.mu.Unlock()
+			b.releaseMany(held, false)
+			return false
+		}
+		held = append(held, b.getLocked(i, true))
+	}
+	b.mu.Unlock()
+	n := 0
+	for i, blk := range held {
+		if err := b.wait(ctx, blk); err != nil {
+			b.releaseMany(held[i:], false)
+			return false
+		}
+		lo := max(off, blk.off) - blk.off
+		hi := min(end, blk.off+int64(blk.n)) - blk.off
+		n += copy(p[n:], blk.data[lo:hi])
+		b.release(blk)
+	}
+	return true
 }
