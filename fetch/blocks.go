@@ -162,6 +162,25 @@ type block struct {
 	disk diskState
 }
 
+// copyOut copies into p the bytes of blk that lie in [off, end) of the
+// object, and returns how many it copied.
+func (blk *block) copyOut(p []byte, off, end int64) int {
+	lo := max(off, blk.off) - blk.off
+	hi := min(end, blk.off+int64(blk.n)) - blk.off
+	return copy(p, blk.data[lo:hi])
+}
+
+// lockOpen locks b.mu and returns true, unless b is closed: then it
+// returns false with b.mu unlocked.
+func (b *Blocks) lockOpen() bool {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	return true
+}
+
 // NewBlocks returns a block cache over src, whose size is taken from
 // src.Identity(). Its workers run until Close.
 func NewBlocks(src Source, opts BlocksOptions) *Blocks {
@@ -277,9 +296,7 @@ func (b *Blocks) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			b.releaseMany(held[i:], false)
 			break
 		}
-		lo := max(off, blk.off) - blk.off
-		hi := min(end, blk.off+int64(blk.n)) - blk.off
-		n += copy(p[n:], blk.data[lo:hi])
+		n += blk.copyOut(p[n:], off, end)
 		b.release(blk)
 	}
 	if err != nil {
@@ -331,9 +348,7 @@ func (b *Blocks) ReadBeside(ctx context.Context, p []byte, off int64) (int, erro
 			b.release(blk)
 			return n, err
 		}
-		lo := max(off, blk.off) - blk.off
-		hi := min(end, blk.off+int64(blk.n)) - blk.off
-		n += copy(p[n:], blk.data[lo:hi])
+		n += blk.copyOut(p[n:], off, end)
 		b.mu.Lock()
 		if mine && blk.streamOnly && blk.prev != nil {
 			// Nobody else read it: its buffer serves the next fetch.
@@ -413,9 +428,7 @@ func (b *Blocks) ReadCached(p []byte, off int64) bool {
 	first, last := off/b.blockSize, (end-1)/b.blockSize
 	var stack [4]*block
 	held := stack[:0]
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.lockOpen() {
 		return false
 	}
 	for i := first; i <= last; i++ {
@@ -440,9 +453,7 @@ func (b *Blocks) ReadCached(p []byte, off int64) bool {
 	b.mu.Unlock()
 	n := 0
 	for _, blk := range held {
-		lo := max(off, blk.off) - blk.off
-		hi := min(end, blk.off+int64(blk.n)) - blk.off
-		n += copy(p[n:], blk.data[lo:hi])
+		n += blk.copyOut(p[n:], off, end)
 		b.unref(blk)
 	}
 	return true

@@ -623,16 +623,23 @@ func TestBlocksReadRange(t *testing.T) {
 	require.Equal(t, int64(2), b.Stats().Requests, "a range in a cached block is read from it")
 }
 
+// newGatedBlocks returns Blocks of 1 KiB with one worker over a source of
+// data whose reads each wait for a token from src.Gate and announce
+// their offset on src.Started first.
+func newGatedBlocks(t *testing.T, data []byte) (*memSource, *Blocks) {
+	src := newMemSource(data)
+	src.Gate = make(chan struct{})
+	src.Started = make(chan int64, 16)
+	return src, newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 10, Workers: 1, CacheBytes: 64 << 10})
+}
+
 // TestBlocksReadBeside checks that ReadBeside fetches beside the workers
 // (with every worker busy), that ReadAt joins its fetch and it
 // joins ReadAt's, that it takes a queued prefetch over, and that leaving
 // abandons a fetch only when nobody else waits for it.
 func TestBlocksReadBeside(t *testing.T) {
 	data := randomBytes(8<<10, 9)
-	src := newMemSource(data)
-	src.Gate = make(chan struct{})
-	src.Started = make(chan int64, 16)
-	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 10, Workers: 1, CacheBytes: 64 << 10})
+	src, b := newGatedBlocks(t, data)
 	ctx := t.Context()
 	read := func(f func(context.Context, []byte, int64) (int, error), ctx context.Context, off, n int64) <-chan error {
 		done := make(chan error, 1)
@@ -745,10 +752,7 @@ func TestBlocksReadBeside(t *testing.T) {
 // them is only queued or absent.
 func TestBlocksReadRangeJoins(t *testing.T) {
 	data := randomBytes(4<<10, 5)
-	src := newMemSource(data)
-	src.Gate = make(chan struct{})
-	src.Started = make(chan int64, 16)
-	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 10, Workers: 1, CacheBytes: 64 << 10})
+	src, b := newGatedBlocks(t, data)
 	ctx := t.Context()
 	bg := make(chan error, 1)
 	go func() {

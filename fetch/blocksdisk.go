@@ -103,9 +103,7 @@ func (b *Blocks) readCachedDisk(p []byte, off int64) bool {
 		if blk == nil {
 			return false
 		}
-		lo := max(off, blk.off) - blk.off
-		hi := min(end, blk.off+int64(blk.n)) - blk.off
-		n += copy(p[n:], blk.data[lo:hi])
+		n += blk.copyOut(p[n:], off, end)
 		b.unref(blk)
 	}
 	return true
@@ -212,9 +210,7 @@ func (b *Blocks) joinFetching(ctx context.Context, p []byte, off int64) bool {
 	}
 	var stack [4]*block
 	held := stack[:0]
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.lockOpen() {
 		return false
 	}
 	for i := off / b.blockSize; i <= (end-1)/b.blockSize; i++ {
@@ -232,9 +228,7 @@ func (b *Blocks) joinFetching(ctx context.Context, p []byte, off int64) bool {
 			b.releaseMany(held[i:], false)
 			return false
 		}
-		lo := max(off, blk.off) - blk.off
-		hi := min(end, blk.off+int64(blk.n)) - blk.off
-		n += copy(p[n:], blk.data[lo:hi])
+		n += blk.copyOut(p[n:], off, end)
 		b.release(blk)
 	}
 	return true
