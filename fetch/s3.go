@@ -49,7 +49,8 @@ type s3Source struct {
 	id          Identity
 	// etag is sent as IfMatch when the object has no version id; a reply
 	// with another ETag is refused either way.
-	etag string
+	etag   string
+	prefix []byte // the object's first bytes, which the open fetched (Options.Prefix)
 }
 
 var _ Source = (*s3Source)(nil)
@@ -104,7 +105,7 @@ func openS3(ctx context.Context, t target, opts Options, log *slog.Logger) (Sour
 		go func() { found <- bucketRegion(pctx, probe, bucket) }()
 	}
 	s.client, s.region = newS3Client(cfg, opts, region), region
-	id, headErr := s.head(ctx)
+	id, headErr := s.identify(ctx, opts.Prefix)
 	if found != nil && headErr != nil {
 		r := <-found
 		found = nil
@@ -112,7 +113,7 @@ func openS3(ctx context.Context, t target, opts Options, log *slog.Logger) (Sour
 			log.Debug("bucket region", "src", name, "region", r, "was", region)
 			region = r
 			s.client, s.region = newS3Client(cfg, opts, region), region
-			id, headErr = s.head(ctx)
+			id, headErr = s.identify(ctx, opts.Prefix)
 		}
 	}
 	if headErr != nil {
@@ -245,6 +246,70 @@ func bucketRegion(ctx context.Context, client *s3.Client, bucket string) string 
 	return ""
 }
 
+// identify learns the identity: with a GetObject of the first
+// ProbeBytes, which it keeps (Prefixer), when prefix is set and that
+// works, else with a HeadObject (whose error the open explains).
+func (s *s3Source) identify(ctx context.Context, prefix bool) (Identity, error) {
+	if prefix {
+		if id, err := s.getFirst(ctx); err == nil {
+			return id, nil
+		}
+	}
+	return s.head(ctx)
+}
+
+// getFirst learns the identity from a GetObject of the first ProbeBytes,
+// and keeps them.
+func (s *s3Source) getFirst(ctx context.Context) (Identity, error) {
+	m := meterFrom(ctx) // the stall watchdog's, if any: as a read's
+	m.arm()
+	rng := ProbeRange
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &s.key, Range: &rng})
+	if err != nil {
+		return Identity{}, err
+	}
+	defer drainClose(out.Body)
+	cr, ok := parseContentRange(aws.ToString(out.ContentRange))
+	if !ok || cr.first != 0 || cr.size < 0 || cr.last >= min(cr.size, ProbeBytes) {
+		return Identity{}, fmt.Errorf("bad Content-Range %q for %s", aws.ToString(out.ContentRange), ProbeRange)
+	}
+	head := make([]byte, cr.last+1)
+	if _, err := io.ReadFull(m.reader(out.Body), head); err != nil {
+		return Identity{}, err
+	}
+	s.prefix = head
+	return s3Identity(cr.size, out.ETag, out.LastModified, out.VersionId), nil
+}
+
+// s3Identity is the identity that a reply's fields give.
+func s3Identity(size int64, etag *string, modified *time.Time, version *string) Identity {
+	id := Identity{
+		Size:         size,
+		ETag:         aws.ToString(etag),
+		LastModified: aws.ToTime(modified),
+		VersionID:    aws.ToString(version),
+	}
+	// "null" names the one unversioned copy, which a PUT replaces in
+	// place: it pins nothing.
+	if id.VersionID == "null" {
+		id.VersionID = ""
+	}
+	return id
+}
+
+// Prefix returns the object's first bytes, which the open fetched when
+// asked to (Options.Prefix), else nil (Prefixer).
+func (s *s3Source) Prefix() []byte { return s.prefix }
+
+// FirstByte returns the object's first byte if the open fetched it
+// (FirstByter).
+func (s *s3Source) FirstByte() (byte, bool) {
+	if len(s.prefix) == 0 {
+		return 0, false
+	}
+	return s.prefix[0], true
+}
+
 // head learns the identity with one HeadObject.
 func (s *s3Source) head(ctx context.Context) (Identity, error) {
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &s.key})
@@ -254,18 +319,7 @@ func (s *s3Source) head(ctx context.Context) (Identity, error) {
 	if out.ContentLength == nil || *out.ContentLength < 0 {
 		return Identity{}, errors.New("S3 HeadObject: reply has no Content-Length")
 	}
-	id := Identity{
-		Size:         *out.ContentLength,
-		ETag:         aws.ToString(out.ETag),
-		LastModified: aws.ToTime(out.LastModified),
-		VersionID:    aws.ToString(out.VersionId),
-	}
-	// "null" names the one unversioned copy, which a PUT replaces in
-	// place: it pins nothing.
-	if id.VersionID == "null" {
-		id.VersionID = ""
-	}
-	return id, nil
+	return s3Identity(*out.ContentLength, out.ETag, out.LastModified, out.VersionId), nil
 }
 
 // explainHead maps an error of head. A HEAD reply has no body, so a 4xx

@@ -767,3 +767,59 @@ func BenchmarkSourceReadAt(b *testing.B) {
 		src.Close()
 	}
 }
+
+// TestS3Prefix: an open with Options.Prefix learns the identity with one
+// GetObject of the first ProbeBytes (no HeadObject) and keeps them; a
+// stream from the start of the object then asks for none of them again.
+// An empty object, which has no first bytes, still opens.
+func TestS3Prefix(t *testing.T) {
+	srv := sharedS3(t)
+	bucket := newBucket(t, srv)
+	data := randomBytes(3<<20, 4)
+	srv.Put(t, bucket, "a.tar", data)
+	srv.Put(t, bucket, "empty.tar", nil)
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	var seen []string
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/") && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 1 {
+			mu.Lock()
+			seen = append(seen, r.Method+" "+r.Header.Get("Range"))
+			mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	opts := Options{EndpointURL: front.URL, Region: "us-east-1", Prefix: true}
+	src, err := Open(t.Context(), "s3://"+bucket+"/a.tar", opts)
+	require.NoError(t, err)
+	defer src.Close()
+	mu.Lock()
+	require.Equal(t, []string{"GET " + ProbeRange}, seen, "requests of the open")
+	seen = nil
+	mu.Unlock()
+	require.Equal(t, int64(len(data)), src.Identity().Size)
+	require.NotEmpty(t, src.Identity().ETag)
+	require.True(t, bytes.Equal(data[:ProbeBytes], src.(Prefixer).Prefix()), "prefix")
+
+	b := newTestBlocks(t, src, BlocksOptions{BlockSize: 1 << 20})
+	s := b.Stream(t.Context(), 0)
+	got, err := io.ReadAll(s)
+	s.Close()
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got), "streamed bytes")
+	mu.Lock()
+	for _, r := range seen {
+		if strings.HasPrefix(r, "GET bytes=0-") {
+			t.Errorf("got requests %q after the open, want none from 0", seen)
+		}
+	}
+	mu.Unlock()
+
+	empty, err := Open(t.Context(), "s3://"+bucket+"/empty.tar", opts)
+	require.NoError(t, err)
+	require.Zero(t, empty.Identity().Size)
+	empty.Close()
+}

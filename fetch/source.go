@@ -275,15 +275,16 @@ type Options struct {
 }
 
 // FirstByter is a Source that knows the object's first byte without a
-// request: what its open fetched (HTTP), or a local read. ok is false
-// when it does not (S3, whose open is a HEAD). It lets a caller sniff
+// request: what its open fetched (HTTP; S3 with Options.Prefix), or a
+// local read. ok is false when it does not (S3 opened with a HEAD). It lets a caller sniff
 // what the object cannot be before asking for more of it.
 type FirstByter interface {
 	FirstByte() (b byte, ok bool)
 }
 
 // Prefixer is a Source that holds the object's first bytes, which its
-// open fetched with the identity (HTTP: ProbeRange). A stream from the
+// open fetched with the identity (HTTP and S3 with Options.Prefix:
+// ProbeRange). A stream from the
 // start of the object takes them from there instead of asking again
 // (Blocks.Stream). The slice is shared: callers must not modify it.
 type Prefixer interface {
