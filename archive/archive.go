@@ -40,6 +40,8 @@ type Archive struct {
 	// to the source, not through blocks.
 	probe *countingSource
 	saved string // where the index of this version is saved
+	// encoded is the index saveIndex last encoded, for SaveIndex.
+	encoded atomic.Pointer[encodedIndex]
 	// tempDecoded is the temporary directory of the decoded copy of a
 	// local stream-only archive (Options.LocalDecodedTemp); "" when none.
 	tempDecoded string

@@ -3,6 +3,7 @@ package archive
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -52,16 +53,39 @@ func savedPrefix(dir, name string) string {
 // it for cache ls.
 func (a *Archive) saveIndex(ix *index.Index, data []byte) {
 	var err error
-	if data != nil {
+	if data == nil {
+		if data, err = ix.Marshal(); err == nil {
+			a.encoded.Store(&encodedIndex{ix, data})
+		}
+	}
+	if err == nil {
 		err = index.SaveFile(a.saved, data)
-	} else {
-		err = ix.Save(a.saved)
 	}
 	if err != nil {
 		a.log.Warn("could not save index", "path", a.saved, "err", err)
 		return
 	}
 	rememberName(a.opts.CacheDir, a.base.String())
+}
+
+// encodedIndex is an index and its encoding (index.Index.Marshal).
+type encodedIndex struct {
+	ix   *index.Index
+	data []byte
+}
+
+// SaveIndex writes the index of the archive to path as index.Index.Save
+// does, with the encoding it was saved with in the cache when there is
+// one: the index is not encoded twice. The archive must be indexed.
+func (a *Archive) SaveIndex(path string) error {
+	ix := a.Index()
+	if ix == nil {
+		return fmt.Errorf("save the index of %s: not indexed yet", a)
+	}
+	if e := a.encoded.Load(); e != nil && e.ix == ix {
+		return index.SaveFile(path, e.data)
+	}
+	return ix.Save(path)
 }
 
 // NewestSaved is the most recently saved index of the source named name

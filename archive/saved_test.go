@@ -102,3 +102,38 @@ func tarOf(t *testing.T, names ...string) []byte {
 	}
 	return tarbuild.Go(t, tar.FormatUnknown, entries...)
 }
+
+// TestSaveIndex writes the index of an archive that was built, then of one
+// loaded from the cache: either way the file is the index encoded.
+func TestSaveIndex(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.tar")
+	if err := os.WriteFile(path, tarOf(t, "one", "two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultOptions()
+	opts.CacheDir = filepath.Join(dir, "cache")
+	for i, from := range []string{FromBuilt, FromCache} {
+		a, err := OpenIndexed(context.Background(), path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "out.idx")
+		if err := a.SaveIndex(out); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := a.Index().Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.IndexFrom() != from || !bytes.Equal(got, want) {
+			t.Errorf("open %d: index from %s, written %d bytes equal to its encoding: %v; want from %s, equal",
+				i, a.IndexFrom(), len(got), bytes.Equal(got, want), from)
+		}
+		a.Close()
+	}
+}

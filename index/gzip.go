@@ -21,6 +21,10 @@ type gzipPass struct {
 	windowErr error // the first error compressing a checkpoint's window
 }
 
+// A pipe slot holds an inflater's output buffer: the inflater decodes
+// into the slots (inflate.Reader.ReadInto), with no copy out.
+const _ uint = pipeSlotBytes - inflate.BufSize
+
 func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
 	g := &gzipPass{pipe: newPipe(0, rec.write), rec: rec}
 	g.z = inflate.NewReader(r, g.options())

@@ -19,7 +19,9 @@ import (
 // pipeSlotBytes of output ahead of the consumer; no allocation per slot
 // once each was used) and hands a slot over as soon as dec has nothing
 // more decoded (a Read shorter than asked for), so that the bytes reach
-// the consumer when the decoder has them, not when a slot is full.
+// the consumer when the decoder has them, not when a slot is full. A
+// chunkReader decodes into the slot itself, one chunk a slot: its bytes
+// are copied nowhere on their way to the consumer's onData.
 //
 // What the decoder reports about its output (a checkpoint at a decoded
 // offset) is queued with mark, on the decoder goroutine, and runs on the
@@ -58,9 +60,10 @@ const (
 
 // pipeSlot is output of the decoder on its way to the consumer.
 type pipeSlot struct {
-	buf   []byte     // nil until first used
-	off   int64      // decoded offset of buf[0]
-	n     int        // buf[:n] holds output
+	buf   []byte // nil until first used
+	off   int64  // decoded offset of buf[start]
+	start int    // buf[start:n] holds output
+	n     int
 	marks []pipeMark // at <= off+n, in order
 	err   error      // what dec said after buf[:n]; the last slot has one
 }
@@ -90,8 +93,18 @@ func newPipe(off int64, onData func(p []byte)) *pipe {
 	return p
 }
 
+// chunkReader is a decoder that decodes into the pipe's slots itself,
+// which saves the copy of every byte that Read makes (inflate.Reader's
+// ReadInto): it returns its next output as buf[start:end]. It reads the
+// buffer of its previous call during the call, never after, and may be
+// handed that same buffer again. buf holds pipeSlotBytes.
+type chunkReader interface {
+	ReadInto(buf []byte) (start, end int, err error)
+}
+
 // start runs dec on the pipe's goroutine; close stops it. Only the
-// goroutine reads dec from now on, and calls mark.
+// goroutine reads dec from now on, and calls mark. A dec that is a
+// chunkReader decodes into the slots with ReadInto.
 func (p *pipe) start(dec io.Reader) {
 	p.dec = dec
 	go p.run()
@@ -125,20 +138,15 @@ func (p *pipe) run() {
 			s.buf = make([]byte, pipeSlotBytes)
 		}
 		clear(s.marks)
-		s.off, s.n, s.marks, s.err = p.off, 0, s.marks[:0], nil
-		for s.n < len(s.buf) {
-			room := len(s.buf) - s.n
-			k, err := p.dec.Read(s.buf[s.n:])
-			s.n += k
-			if err != nil {
-				s.err = err
-				break
-			}
-			if k < room {
-				break // all dec had decoded: hand it over now
-			}
+		s.off, s.start, s.n, s.marks, s.err = p.off, 0, 0, s.marks[:0], nil
+		if cr, ok := p.dec.(chunkReader); ok {
+			// The slot the consumer may still read was handed over
+			// before this call: cr reads it during the call only.
+			s.start, s.n, s.err = cr.ReadInto(s.buf)
+		} else {
+			p.fill(s)
 		}
-		p.off += int64(s.n)
+		p.off += int64(s.n - s.start)
 		i := 0
 		for i < len(p.pending) && (s.err != nil || p.pending[i].at <= p.off) {
 			i++
@@ -150,6 +158,22 @@ func (p *pipe) run() {
 		p.full <- s // never blocks: full has room for every slot
 		if s.err != nil {
 			return
+		}
+	}
+}
+
+// fill reads dec into s until dec has nothing more decoded.
+func (p *pipe) fill(s *pipeSlot) {
+	for s.n < len(s.buf) {
+		room := len(s.buf) - s.n
+		k, err := p.dec.Read(s.buf[s.n:])
+		s.n += k
+		if err != nil {
+			s.err = err
+			return
+		}
+		if k < room {
+			return // all dec had decoded: hand it over now
 		}
 	}
 }
@@ -174,7 +198,7 @@ func (p *pipe) next() {
 			return
 		}
 	}
-	data, pos := s.buf[:s.n], 0
+	data, pos := s.buf[s.start:s.n], 0
 	for _, m := range s.marks {
 		if k := int(min(max(m.at-s.off, int64(pos)), int64(len(data)))); k > pos {
 			p.onData(data[pos:k])

@@ -4,23 +4,41 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/flate"
 
 	"github.com/tarmount/tarmount/index/inflate"
 )
 
+// windowWriter compresses checkpoint windows. A flate writer holds
+// hundreds of KiB of state, and a pass compresses a window at every
+// checkpoint: they are reused, not made per window.
+type windowWriter struct {
+	buf bytes.Buffer
+	fw  *flate.Writer
+}
+
+var windowWriters = sync.Pool{New: func() any {
+	ww := new(windowWriter)
+	ww.fw, _ = flate.NewWriter(&ww.buf, flate.BestSpeed) // fails only for a bad level
+	return ww
+}}
+
+// compressWindow returns w compressed with flate, in a slice of its own.
+// It is safe for concurrent use.
 func compressWindow(w []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	fw, err := flate.NewWriter(&buf, flate.BestSpeed)
-	if err != nil {
+	ww := windowWriters.Get().(*windowWriter)
+	defer windowWriters.Put(ww)
+	ww.buf.Reset()
+	ww.fw.Reset(&ww.buf)
+	if _, err := ww.fw.Write(w); err != nil {
 		return nil, err
 	}
-	fw.Write(w)
-	if err := fw.Close(); err != nil {
+	if err := ww.fw.Close(); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return bytes.Clone(ww.buf.Bytes()), nil
 }
 
 func decompressWindow(c []byte) ([]byte, error) {

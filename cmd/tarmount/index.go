@@ -51,7 +51,7 @@ func indexCmd(ctx context.Context, url, output string, c *config, log *slog.Logg
 	}
 	defer a.Close()
 	if output != "" {
-		if err := a.Index().Save(output); err != nil {
+		if err := a.SaveIndex(output); err != nil {
 			return err
 		}
 		log.Info("index written", "path", output)

@@ -314,6 +314,34 @@ func (z *Reader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// BufSize is the least length of a buffer ReadInto decodes into.
+const BufSize = bufSize
+
+// ReadInto is Read without the copy out: it moves the history that
+// back-references need (at most WindowSize bytes, with any output not yet
+// read) from the Reader's output buffer to the front of buf, makes buf the
+// output buffer, decodes the next output there and returns it as
+// buf[start:end]. The buffer the Reader had (its own, or the buf of the
+// previous call) is read during the call and never after: the caller may
+// reuse it once ReadInto returns, and buf may be that very buffer. buf
+// must hold at least BufSize bytes, and stay unchanged until the next call
+// of a method of the Reader returns. Output decoded before an error is
+// returned first, as Read does.
+func (z *Reader) ReadInto(buf []byte) (start, end int, err error) {
+	if len(buf) < bufSize {
+		panic("inflate: ReadInto buffer shorter than BufSize")
+	}
+	z.moveTo(buf)
+	for z.rd == z.op {
+		if err := z.more(); err != nil {
+			return 0, 0, err
+		}
+	}
+	start, end = z.rd, z.op
+	z.rd = z.op
+	return start, end, nil
+}
+
 // Discard skips n bytes of output without copying them.
 func (z *Reader) Discard(n int64) (int64, error) {
 	var done int64
@@ -389,14 +417,20 @@ func (z *Reader) more() error {
 }
 
 // slide moves the last WindowSize bytes of history to the front.
-func (z *Reader) slide() {
+func (z *Reader) slide() { z.moveTo(z.out) }
+
+// moveTo moves the last WindowSize bytes of history, and any output not
+// yet read, to the front of buf, which becomes the output buffer (it may
+// be the output buffer itself).
+func (z *Reader) moveTo(buf []byte) {
 	z.updateCRC()
 	keep := z.op - z.hist
 	if keep > WindowSize {
 		keep = WindowSize
 	}
-	shift := z.op - keep
-	copy(z.out, z.out[shift:z.op])
+	shift := min(z.op-keep, z.rd)
+	copy(buf, z.out[shift:z.op])
+	z.out = buf
 	z.outBase += int64(shift)
 	z.op -= shift
 	z.rd -= shift

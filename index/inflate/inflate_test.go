@@ -594,3 +594,77 @@ func TestSymbols(t *testing.T) {
 		}
 	}
 }
+
+// readAllInto decodes z with ReadInto, taking each call's buffer from
+// bufs in turn (a buffer other than the Reader's is scribbled over before
+// it is handed in, as a consumer done with it might leave it), and Read for every third call
+// when mix is set. It returns the output and the error that ended it.
+func readAllInto(z *Reader, bufs [][]byte, mix bool) ([]byte, error) {
+	var got []byte
+	var p [1000]byte
+	cur := -1 // the buffer the Reader decodes in, which it still reads
+	for i := 0; ; i++ {
+		if mix && i%3 == 2 {
+			n, err := z.Read(p[:])
+			got = append(got, p[:n]...)
+			if err != nil {
+				return got, err
+			}
+			continue
+		}
+		buf := bufs[i%len(bufs)]
+		if i%len(bufs) != cur {
+			for j := range buf {
+				buf[j] = 0xa5
+			}
+		}
+		cur = i % len(bufs)
+		start, end, err := z.ReadInto(buf)
+		if err != nil {
+			return got, err
+		}
+		if start >= end {
+			return got, fmt.Errorf("ReadInto returned buf[%d:%d] without an error", start, end)
+		}
+		got = append(got, buf[start:end]...)
+	}
+}
+
+// TestReadInto checks that decoding into buffers the caller hands in, the
+// same one again or others, gives the bytes Read gives, and the same
+// errors.
+func TestReadInto(t *testing.T) {
+	data := sample("mixed", scaled(3<<20))
+	comp := multiMember(700<<10)(t, data)
+	cps, _ := collect(t, comp, int64(scaled(256<<10)))
+	for _, c := range []struct {
+		name string
+		bufs int
+		mix  bool
+	}{{"one buffer", 1, false}, {"two buffers", 2, false}, {"three buffers", 3, false}, {"with reads", 2, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			bufs := make([][]byte, c.bufs)
+			for i := range bufs {
+				bufs[i] = make([]byte, BufSize+i)
+			}
+			got, err := readAllInto(NewReader(bytes.NewReader(comp), Options{}), bufs, c.mix)
+			if err != io.EOF || !bytes.Equal(got, data) {
+				t.Fatalf("got %d bytes (first difference at %d), err %v; want %d bytes, io.EOF", len(got), firstDiff(got, data), err, len(data))
+			}
+			cp := cps[len(cps)/2]
+			z, err := NewReaderAt(bytes.NewReader(comp[cp.In:]), cp, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err = readAllInto(z, bufs, c.mix)
+			if err != io.EOF || !bytes.Equal(got, data[cp.Out:]) {
+				t.Fatalf("from checkpoint at %d: got %d bytes, err %v; want %d bytes, io.EOF", cp.Out, len(got), err, len(data)-int(cp.Out))
+			}
+			cut := len(comp) * 2 / 3
+			got, err = readAllInto(NewReader(bytes.NewReader(comp[:cut]), Options{}), bufs, c.mix)
+			if !errors.Is(err, ErrTruncated) || !bytes.Equal(got, data[:len(got)]) {
+				t.Fatalf("cut at %d: got err %v, bytes equal %v; want ErrTruncated and equal bytes", cut, err, bytes.Equal(got, data[:len(got)]))
+			}
+		})
+	}
+}
