@@ -14,7 +14,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/internal/atomicfile"
 	"github.com/tarmount/tarmount/internal/xattr"
@@ -36,34 +35,22 @@ func Pack(ctx context.Context, src, out string, level int, opts Options) (*index
 		go func() { pw.CloseWithError(writeDirTar(pw, src)) }()
 		tarStream, closeSrc = pr, func() { pr.Close() }
 	} else {
-		// The disk cache holds the copy of an object whose server
-		// ignores ranges; the pass itself needs no cached blocks.
-		s, disk, err := opts.openCached(ctx, src, true)
+		st, err := opts.openStored(ctx, src)
 		if err != nil {
 			return nil, err
 		}
-		blocks := fetch.NewBlocks(s, opts.blocksOptions(nil))
-		stream := blocks.Stream(ctx, 0)
-		closeStream := func() {
-			stream.Close()
-			blocks.Close()
-			s.Close()
-			if disk != nil {
-				disk.Close()
-			}
-		}
-		dec, codec, err := index.NewDecoder(stream)
+		dec, codec, err := index.NewDecoder(st)
 		if err != nil {
-			closeStream()
+			st.close()
 			return nil, fmt.Errorf("pack %s: %w", src, err)
 		}
 		// The decoder may read the stream on a goroutine of its own:
 		// it stops before the stream is closed.
 		closeSrc = func() {
 			dec.Close()
-			closeStream()
+			st.close()
 		}
-		log.Info("packing", "src", s.String(), "codec", codec.String())
+		log.Info("packing", "src", st.src.String(), "codec", codec.String())
 		tarStream = dec
 	}
 	defer closeSrc()

@@ -59,6 +59,12 @@
 #      .tar.gz through a mount with a saved index, whole and in order
 #      (MB/s of the member), against gzip -dc of the whole archive to
 #      /dev/null (MB/s of its tar); the report checks tarmount ≥ 1.5x
+#  15. overlap: the first extraction (no index) against its three jobs,
+#      each alone: fetching the object as the first pass fetches it
+#      (to nothing), decoding the local copy as the pass decodes it (to
+#      nothing), and tarmount extract of the local plain .tar (the
+#      writers); each extraction on an ext4 of its own; the report checks
+#      the extraction ≤ 1.15x the longest of the three (issue 26)
 #  Issue 26's three comparisons in one run, the go dataset (12 and 13 make
 #  the .tar.gz of the datasets they run on):
 #    DATASETS=go CODECS="gz zst lz4" SCENARIOS="gzip-decode extract-tmpfs extract" \
@@ -93,7 +99,8 @@
 #   SCENARIOS="1 2 3 4 5 6"   by number or name: 1 cold-mount, 2 warm-mount,
 #                           3 cold-read, 4 seq-read, 5 extract, 6 go-build,
 #                           8 progressive, 9 index-pass, 10 boot, 11 upgrade,
-#                           12 gzip-decode, 13 extract-tmpfs
+#                           12 gzip-decode, 13 extract-tmpfs, 14 seq-read-local,
+#                           15 overlap
 #   BIG_SIZE=2GiB           size of the big file (SCALE is an alias)
 #   GOBUILD_TIMEOUT=5m      a slower go version or go build counts as failed
 #   SCRATCH=${TMPDIR:-/tmp}/tarmount-suite   datasets, venv, binaries (kept)

@@ -66,6 +66,7 @@ type config struct {
 	render         string
 	metaExtra      []string
 	datasetsOnly   bool
+	alone          string // -alone: time one job of scenario 15 and stop
 	startedAtClock time.Time
 }
 
@@ -86,6 +87,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchsuite:", err)
 		os.Exit(2)
+	}
+	if cfg.alone != "" {
+		if err := runAlone(cfg.alone, flag.Arg(0)); err != nil {
+			fatalf("%v", err)
+		}
+		return
 	}
 	if cfg.render != "" {
 		if err := render(cfg, cfg.render, nil, nil); err != nil {
@@ -147,7 +154,14 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&c.render, "render", "", "only render the reports from this runs.jsonl")
 	flag.StringVar(&meta, "meta", "", "extra 'key=value' lines for the report, separated by ';'")
 	flag.BoolVar(&c.datasetsOnly, "datasets-only", false, "make the datasets and stop")
+	flag.StringVar(&c.alone, "alone", "", "fetch URL or decode FILE to nothing, as scenario 15 times it, and stop")
 	flag.Parse()
+	if c.alone != "" {
+		if flag.NArg() != 1 {
+			return nil, errors.New("-alone fetch URL, or -alone decode FILE")
+		}
+		return c, nil
+	}
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
@@ -209,6 +223,7 @@ var scenarioNames = [][2]string{
 	{"12", "gzip-decode"},
 	{"13", "extract-tmpfs"},
 	{"14", "seq-read-local"},
+	{"15", "overlap"},
 }
 
 func scenarioHelp() string {
@@ -744,4 +759,5 @@ var standingNotes = []string{
 	"Scenario 12 (when chosen) decodes the dataset's local .tar.gz, read once before (untimed) so that every tool reads it from the page cache, to /dev/null: `tarmount index FILE` with an empty cache dir (--no-sidecar; it also writes the index there) against libdeflate-gunzip -c, igzip -dc, rapidgzip -P1 -d -c and gzip -dc; from start to exit.",
 	"Scenario 13 (when chosen) extracts the local .tar.gz into a tmpfs mounted for each run of each tool and unmounted after it: `tarmount extract FILE DIR` with an empty cache dir and with the index saved before (untimed), against `tar -x` of the plain .tar (the write floor) and `pigz -dc FILE | tar -x`; from start to exit, the check being the count of regular files.",
 	"Scenario 14 (when chosen) mounts the local .tar.gz with the index saved before (`tarmount FILE MNT --cache-disk 0 --no-sidecar`), waits until the dataset's largest member answers stat, and reads it whole, in order, with 1 MiB reads (timed from the first read to the last, then checked from the page cache); gzip -dc decodes the whole archive to /dev/null. Each row's MB/s are of what it read: the member, or the whole tar.",
+	"Scenario 15 (when chosen) times the first extraction (`tarmount extract URL DIR`, no index, an empty cache) beside its three jobs alone, in alternating order: fetch alone is the object fetched as the first pass fetches it (the open's first bytes, then parallel range requests of growing blocks) and thrown away, in a process of its own (`benchsuite -alone fetch URL`); decode alone is the local copy of the object, read once before (untimed), decoded as the pass decodes it and thrown away (`benchsuite -alone decode FILE`); write alone is `tarmount extract` of the local plain .tar, read once before, with the newest build. Each tree goes to the round's own ext4, after `sync` and a drop of the page cache, as in scenario 5. The row \"" + toolLongestAlone + "\" is the longest of the three in each run; the check compares the medians.",
 }

@@ -59,10 +59,11 @@ const (
 	scGzipDecode = "12. gzip decode of the local .tar.gz to /dev/null"
 	scTmpfs      = "13. extraction of the local .tar.gz to tmpfs"
 	scSeqLocal   = "14. sequential read of the largest member through a mount of the local .tar.gz"
+	scOverlap    = "15. first extraction (no index) against its fetch, decode and write alone"
 )
 
 var scenarioOrder = []string{scColdMount, scWarmMount, scRandom, scSeq, scExtract, scGoVersion, scGoBuild, scRSS, scProgress, scIndexPass, scBoot, scUpgrade,
-	scGzipDecode, scTmpfs, scSeqLocal}
+	scGzipDecode, scTmpfs, scSeqLocal, scOverlap}
 
 // percentile returns the p-th percentile (0-100) of xs by linear
 // interpolation between closest ranks; NaN for no values.
@@ -329,6 +330,9 @@ func setRatiosAndTargets(g *Group) {
 			ref = r.Median
 		}
 	}
+	if g.Scenario == scOverlap {
+		best = math.NaN() // its other rows are the extraction's parts, not peers
+	}
 	for i := range g.Rows {
 		r := &g.Rows[i]
 		if !math.IsNaN(best) && !math.IsNaN(r.Median) && r.Median > 0 && best > 0 {
@@ -348,7 +352,7 @@ func setRatiosAndTargets(g *Group) {
 // tarmount row (each build's) at most limit times a peer's median in the
 // same group.
 type ratioTarget struct {
-	scenario, codec string
+	scenario, codec string // codec empty: every codec
 	profile         string // empty: every profile
 	tool, peer      string // tool without its build's name
 	limit           float64
@@ -367,6 +371,7 @@ var ratioTargets = []ratioTarget{
 	{scExtract, "zst", "objstore", toolTMCold, curlTar("zst"), 0.8, "the first extraction (no index)", true, false},
 	{scExtract, "lz4", "objstore", toolTMCold, curlTar("lz4"), 0.6, "the first extraction (no index)", true, false},
 	{scSeqLocal, "gz", "", toolTMSeqLocal, toolGzip, 1.5, "the MB/s of a sequential read through the mount", true, true},
+	{scOverlap, "", "", toolTMCold, toolLongestAlone, overlapMax, "the first extraction (no index)", true, false},
 }
 
 // ratioChecks checks the rows of every group that a ratio target names,
@@ -378,7 +383,7 @@ func ratioChecks(groups []Group) []Check {
 	for i := range groups {
 		g := &groups[i]
 		for _, t := range ratioTargets {
-			if g.Scenario != t.scenario || g.Codec != t.codec || t.profile != "" && g.Profile != t.profile {
+			if g.Scenario != t.scenario || t.codec != "" && g.Codec != t.codec || t.profile != "" && g.Profile != t.profile {
 				continue
 			}
 			j := slices.IndexFunc(g.Rows, func(r Row) bool { return r.Tool == t.peer })

@@ -190,11 +190,11 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 	cb := &combo{d: d, codec: codec, srv: srv, url: srv.base + "/" + d.object(codec), refDone: map[int]bool{}}
 	say("%s %s, profile %s: %s", d.name, codec, srv.name, cb.url)
 	sc := s.c.scenarios
-	// Scenarios 10 and 11 make indexes of their own, and 12 and 13 run on
-	// the local files; the others use the saved ones.
+	// Scenarios 10 and 11 make indexes of their own, 15 needs none, and
+	// 12, 13 and 14 run on the local files; the others use the saved ones.
 	saved := false
 	for n := range sc {
-		saved = saved || n != "10" && n != "11" && !slices.Contains(localScenarios, n)
+		saved = saved || n != "10" && n != "11" && n != "15" && !slices.Contains(localScenarios, n)
 	}
 	if saved {
 		if err := s.prepare(ctx, cb); err != nil {
@@ -215,6 +215,7 @@ func (s *suite) combo(ctx context.Context, d *dataset, codec string, srv *server
 			{on: sc["2"] || sc["3"] || sc["4"], what: "warm mount, random reads, sequential read",
 				tools: s.withPeers(slices.Clone(tm), toolRA), one: s.warmMount},
 			{on: sc["5"], what: "extraction", all: s.extract},
+			{on: sc["15"], what: "first extraction against its jobs alone", all: s.overlap},
 			{on: sc["9"], what: "index pass to the end", tools: s.withPeers(s.tools(toolTMIndexPass), "reference"), one: s.indexPass},
 			{on: sc["8"], what: "progressive mount", tools: s.withPeers(append(slices.Clone(tm), s.tools(toolTMWait)...), curlTar(codec)),
 				one: s.progressiveOne},

@@ -437,7 +437,12 @@ func TestRatioChecks(t *testing.T) {
 		seq.Payload = 25e6
 		gz := mk(scSeqLocal, "gz", profileLocal, toolGzip, run, 1)
 		gz.Payload = 250e6
-		rs = append(rs, seq, gz)
+		rs = append(rs, seq, gz,
+			// Every codec has the overlap check.
+			mk(scOverlap, "gz", "objstore", toolTMCold, run, 0.69),
+			mk(scOverlap, "gz", "objstore", toolLongestAlone, run, 0.6),
+			mk(scOverlap, "zst", "objstore", toolTMCold, run, 0.8),
+			mk(scOverlap, "zst", "objstore", toolLongestAlone, run, 0.5))
 	}
 	// The peer failed: the lz4 row still gets its check, without a value.
 	rs = append(rs, mk(scExtract, "lz4", "objstore", toolTMCold, 1, 0.5),
@@ -458,6 +463,8 @@ func TestRatioChecks(t *testing.T) {
 		{scGzipDecode, "gz", toolTMIndexPass, 2.5, false, "2.500x (1.00 s / 0.4 s)"},
 		{scTmpfs, "gz", toolTMIndex, 1.2, true, "1.200x (0.6 s / 0.5 s)"},
 		{scSeqLocal, "gz", toolTMSeqLocal, 2, true, "2.000x (500 MB/s / 250 MB/s)"},
+		{scOverlap, "gz", toolTMCold, 1.15, true, "1.150x (0.69 s / 0.6 s)"},
+		{scOverlap, "zst", toolTMCold, 1.6, false, "1.600x (0.8 s / 0.5 s)"},
 	}
 	if len(s.Targets) != len(wants) {
 		t.Fatalf("got %d checks %+v, want %d", len(s.Targets), s.Targets, len(wants))
@@ -492,6 +499,7 @@ func TestRatioChecks(t *testing.T) {
 		"## 5. full extraction: the targets",
 		"| ✅ ≤ 0.8x curl \\| rapidgzip -d \\| tar -x (0.8 s) |",
 		"| go | lz4 | objstore | tarmount extract (no index) | the first extraction (no index) ≤ 0.6x curl \\| lz4 -dc \\| tar -x | – | ❌ no value |",
+		"| go | zst | objstore | tarmount extract (no index) | the first extraction (no index) ≤ 1.15x "+toolLongestAlone+" | 1.600x (0.8 s / 0.5 s) | ❌ missed |",
 	)
 }
 
