@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index"
 )
 
 // Defaults of Options, for flags that print them.
@@ -156,10 +157,14 @@ func (o *Options) retryOptions() fetch.RetryOptions {
 // and bounded in time. disk, when not nil, keeps whole copies of objects
 // whose server ignores ranges. pass says that a pass from the start of
 // the archive is likely to follow: the open then brings its first bytes
-// (fetch.Options.Prefix).
+// (fetch.Options.Prefix), and for an archive whose name says zstd its
+// last ones too (fetch.Options.Suffix), where an index that tarmount
+// pack embedded would be: looking for one then costs no round trip
+// before the pass starts.
 func (o *Options) openSource(ctx context.Context, url string, disk *fetch.DiskCache, pass bool) (fetch.Source, error) {
 	fo := o.fetchOptions(disk)
 	fo.Prefix = pass
+	fo.Suffix = pass && index.MayEmbedName(url)
 	return fetch.OpenWithRetry(ctx, url, fo, o.retryOptions())
 }
 

@@ -270,7 +270,10 @@ func TestPublishS3(t *testing.T) {
 // identity probe and the published index's GET, sent together; the
 // archive's end is read for an embedded index only when its first byte
 // says it may hold one (a zstd stream), and a published index found
-// with the open is used without reading it at all.
+// with the open is used without reading it at all. When the archive's
+// name says zstd, the open asks for its end beside the probe
+// (fetch.SuffixRange), and the search for an embedded index reads it
+// from there: no request after the open's.
 func TestOpenRoundTrips(t *testing.T) {
 	// Random bytes: every archive is larger than the end that the
 	// search for an embedded index reads.
@@ -280,18 +283,23 @@ func TestOpenRoundTrips(t *testing.T) {
 	raw := tarbuild.Go(t, tar.FormatPAX, tarbuild.Entry{Name: "a.bin", Body: body})
 	for _, c := range []struct {
 		name     string
+		file     string
 		obj      []byte
 		publish  bool
-		wantTail bool // the end of the archive is read
+		wantTail bool // the end of the archive is read after the open
+		suffix   bool // the open asks for the end
 	}{
-		{"gzip", tarbuild.Gzip(raw), false, false},
-		{"plain tar", raw, false, false},
-		{"zstd", tarbuild.ZstdStream(raw), false, true},
-		{"zstd, published index", tarbuild.ZstdStream(raw), true, false},
+		{"gzip", "a.tar", tarbuild.Gzip(raw), false, false, false},
+		{"plain tar", "a.tar", raw, false, false, false},
+		{"zstd", "a.tar", tarbuild.ZstdStream(raw), false, true, false},
+		{"zstd, published index", "a.tar", tarbuild.ZstdStream(raw), true, false, false},
+		{"zstd named so", "a.tar.zst", tarbuild.ZstdStream(raw), false, false, true},
+		{"zstd named so, published index", "a.tar.zst", tarbuild.ZstdStream(raw), true, false, true},
+		{"gzip named zstd", "a.tar.zst", tarbuild.Gzip(raw), false, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			served := t.TempDir()
-			path := filepath.Join(served, "a.tar")
+			path := filepath.Join(served, c.file)
 			if err := os.WriteFile(path, c.obj, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +318,7 @@ func TestOpenRoundTrips(t *testing.T) {
 			var mu sync.Mutex
 			var ranges []string
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/a.tar" {
+				if r.URL.Path == "/"+c.file {
 					mu.Lock()
 					ranges = append(ranges, r.Header.Get("Range"))
 					mu.Unlock()
@@ -318,19 +326,28 @@ func TestOpenRoundTrips(t *testing.T) {
 				files.ServeHTTP(w, r)
 			}))
 			defer srv.Close()
-			a, err := Open(ctx, srv.URL+"/a.tar", testOptions(t, nil))
+			a, err := Open(ctx, srv.URL+"/"+c.file, testOptions(t, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer a.Close()
 			mu.Lock()
 			defer mu.Unlock()
-			tail := false
-			for _, r := range ranges[1:] { // after the identity probe
-				tail = tail || !strings.HasPrefix(r, "bytes=0-")
+			probe, suffix, tail := false, false, false
+			for _, r := range ranges {
+				switch {
+				case r == fetch.ProbeRange:
+					probe = true
+				case r == fetch.SuffixRange:
+					suffix = true
+				default:
+					tail = tail || !strings.HasPrefix(r, "bytes=0-")
+				}
 			}
-			if ranges[0] != fetch.ProbeRange || tail != c.wantTail {
-				t.Errorf("got requests for %q while opening, want the probe and %s", ranges, map[bool]string{true: "the end", false: "nothing more"}[c.wantTail])
+			if !probe || suffix != c.suffix || tail != c.wantTail {
+				t.Errorf("got requests for %q while opening, want the probe, %s, and %s", ranges,
+					map[bool]string{true: "the end with it", false: "nothing with it"}[c.suffix],
+					map[bool]string{true: "the end after it", false: "nothing after it"}[c.wantTail])
 			}
 			if got, want := a.IndexFrom(), map[bool]string{true: FromSidecar, false: Building}[c.publish]; got != want {
 				t.Errorf("got an index from %q, want %q", got, want)

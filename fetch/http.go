@@ -39,6 +39,7 @@ type httpSource struct {
 	ownClient          bool       // client was made for this source: Close closes its connections
 	prefix             []byte     // the object's first bytes, from the probe's reply
 	wantPrefix         bool       // Options.Prefix: Prefix returns prefix
+	tail               *tailFetch // the object's last bytes, asked for with the probe (Options.Suffix); nil: not asked
 }
 
 // ProbeBytes is how much of an HTTP object its open asks for with the
@@ -78,12 +79,17 @@ func openHTTP(ctx context.Context, u *url.URL, opts Options, log *slog.Logger) (
 	if opts.Prefix {
 		probe, s.wantPrefix = ProbeRange, true
 	}
+	if opts.Suffix {
+		s.tail = startTail(ctx, s.getTail)
+	}
 	id, err := s.probe(ctx, probe)
 	if err != nil {
+		s.tail.close()
 		return nil, fmt.Errorf("open %s: %w", s.name, err)
 	}
 	s.id = id
 	if s.copyPath != "" {
+		s.tail.close()
 		return openCopy(ctx, s.copyPath, id, s.name, s.log)
 	}
 	switch {
@@ -166,6 +172,31 @@ func (s *httpSource) probe(ctx context.Context, probe string) (Identity, error) 
 	return s.head(ctx, id)
 }
 
+// getTail asks for the object's last ProbeBytes (SuffixRange), without
+// a precondition: the reply says which version it is of (tail.go).
+func (s *httpSource) getTail(ctx context.Context) (tailReply, error) {
+	req, err := s.newRequest(ctx, http.MethodGet)
+	if err != nil {
+		return tailReply{}, err
+	}
+	req.Header.Set("Range", SuffixRange)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return tailReply{}, classifyTransport(ctx, unwrapURLError(err))
+	}
+	defer drainClose(resp.Body)
+	if resp.StatusCode != http.StatusPartialContent {
+		return tailReply{}, statusError(resp)
+	}
+	data, cr, err := readTailBody(resp.Body, resp.Header.Get("Content-Range"))
+	if err != nil {
+		return tailReply{}, err
+	}
+	got := identityFrom(resp.Header)
+	got.Size = cr.size
+	return tailReply{data: data, off: cr.first, matches: got.sameVersion}, nil
+}
+
 // head completes id with the size from a HEAD reply.
 func (s *httpSource) head(ctx context.Context, id Identity) (Identity, error) {
 	req, err := s.newRequest(ctx, http.MethodHead)
@@ -212,6 +243,9 @@ func (s *httpSource) ReadAt(ctx context.Context, p []byte, off int64) (int, erro
 }
 
 func (s *httpSource) readRange(ctx context.Context, p []byte, off int64) (int, error) {
+	if s.tail.readAt(ctx, p, off, s.id) {
+		return len(p), nil
+	}
 	last := off + int64(len(p)) - 1
 	m := meterFrom(ctx) // the stall watchdog's, if any
 	m.arm()
@@ -313,6 +347,7 @@ func (s *httpSource) String() string { return s.name }
 // Close closes the idle connections of a client made for this source;
 // connections of a client from Options are left to their owner.
 func (s *httpSource) Close() error {
+	s.tail.close()
 	if s.ownClient {
 		s.client.CloseIdleConnections()
 	}

@@ -567,3 +567,85 @@ func TestHTTPBlocksParallel(t *testing.T) {
 	require.True(t, bytes.Equal(data[3:], all), "stream bytes differ")
 	require.Equal(t, int64(17), b.Stats().Requests, fmt.Sprintf("stream must hit the cache: %+v", b.Stats()))
 }
+
+// TestHTTPSuffix: with Options.Suffix the open asks for the last
+// ProbeBytes beside the probe, and a read inside them sends no request;
+// a tail of another version, a failed one or a late one is not used:
+// the read asks for its bytes under the precondition.
+func TestHTTPSuffix(t *testing.T) {
+	const late = tailWait + 3*time.Second
+	tests := []struct {
+		name string
+		size int
+		// tail answers the request for the tail (nil: as the object).
+		tail   func(w http.ResponseWriter, r *http.Request)
+		asks   bool // a read of the tail sends a request of its own
+		closes bool // Close cuts a tail still on its way
+	}{
+		{"small object", 1000, nil, false, false},
+		{"large object", 3 << 20, nil, false, false},
+		{"another version", 3 << 20, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("ETag", `"v2"`)
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(randomBytes(3<<20, 9)))
+		}, true, false},
+		{"failed", 3 << 20, func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "boom", http.StatusInternalServerError)
+		}, true, false},
+		{"late", 3 << 20, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(late):
+			case <-r.Context().Done():
+			}
+		}, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &object{data: randomBytes(tt.size, 3), etag: `"v1"`}
+			var tails atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Range") == SuffixRange {
+					tails.Add(1)
+					if tt.tail != nil {
+						tt.tail(w, r)
+						return
+					}
+				}
+				o.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			src, err := Open(t.Context(), srv.URL+"/a.tar.zst", Options{Prefix: true, Suffix: true})
+			require.NoError(t, err)
+			// The tail's request went out with the probe.
+			deadline := time.Now().Add(10 * time.Second)
+			for tails.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			require.Equal(t, int64(1), tails.Load(), "tail requests")
+			n := min(tt.size, 20000)
+			off := int64(tt.size - n)
+			before := len(o.requests())
+			got := make([]byte, n)
+			_, err = src.ReadAt(t.Context(), got, off)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(o.data[off:], got), "the tail's bytes")
+			reqs := o.requests()[before:]
+			if tt.asks {
+				require.Len(t, reqs, 1, "a read of the tail asks for itself")
+				require.Equal(t, `"v1"`, reqs[0].Get("If-Match"))
+			} else {
+				require.Empty(t, reqs, "a read of the tail sends no request")
+			}
+			if tt.size > ProbeBytes {
+				// Bytes before the tail are read as usual.
+				_, err = src.ReadAt(t.Context(), got[:100], 0)
+				require.NoError(t, err)
+				require.True(t, bytes.Equal(o.data[:100], got[:100]))
+			}
+			start := time.Now()
+			require.NoError(t, src.Close())
+			if tt.closes {
+				require.Less(t, time.Since(start), late/2, "Close waits for the tail's request to end")
+			}
+		})
+	}
+}

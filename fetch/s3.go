@@ -50,7 +50,8 @@ type s3Source struct {
 	// etag is sent as IfMatch when the object has no version id; a reply
 	// with another ETag is refused either way.
 	etag   string
-	prefix []byte // the object's first bytes, which the open fetched (Options.Prefix)
+	prefix []byte     // the object's first bytes, which the open fetched (Options.Prefix)
+	tail   *tailFetch // the object's last bytes, asked for with the identity (Options.Suffix); nil: not asked
 }
 
 var _ Source = (*s3Source)(nil)
@@ -105,6 +106,9 @@ func openS3(ctx context.Context, t target, opts Options, log *slog.Logger) (Sour
 		go func() { found <- bucketRegion(pctx, probe, bucket) }()
 	}
 	s.client, s.region = newS3Client(cfg, opts, region), region
+	if opts.Suffix {
+		s.tail = startTail(ctx, s.getTail)
+	}
 	id, headErr := s.identify(ctx, opts.Prefix)
 	if found != nil && headErr != nil {
 		r := <-found
@@ -117,6 +121,7 @@ func openS3(ctx context.Context, t target, opts Options, log *slog.Logger) (Sour
 		}
 	}
 	if headErr != nil {
+		s.tail.close()
 		return nil, fmt.Errorf("open %s: %w", name, s.explainHead(ctx, headErr))
 	}
 	s.id = id
@@ -281,6 +286,24 @@ func (s *s3Source) getFirst(ctx context.Context) (Identity, error) {
 	return s3Identity(cr.size, out.ETag, out.LastModified, out.VersionId), nil
 }
 
+// getTail asks for the object's last ProbeBytes (SuffixRange) with a
+// GetObject pinned to no version: the reply says which version it is of
+// (tail.go).
+func (s *s3Source) getTail(ctx context.Context) (tailReply, error) {
+	rng := SuffixRange
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &s.key, Range: &rng})
+	if err != nil {
+		return tailReply{}, err
+	}
+	defer drainClose(out.Body)
+	data, cr, err := readTailBody(out.Body, aws.ToString(out.ContentRange))
+	if err != nil {
+		return tailReply{}, err
+	}
+	got := s3Identity(cr.size, out.ETag, out.LastModified, out.VersionId)
+	return tailReply{data: data, off: cr.first, matches: got.sameVersion}, nil
+}
+
 // s3Identity is the identity that a reply's fields give.
 func s3Identity(size int64, etag *string, modified *time.Time, version *string) Identity {
 	id := Identity{
@@ -363,6 +386,9 @@ func (s *s3Source) ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 }
 
 func (s *s3Source) readRange(ctx context.Context, p []byte, off int64) (int, error) {
+	if s.tail.readAt(ctx, p, off, s.id) {
+		return len(p), nil
+	}
 	last := off + int64(len(p)) - 1
 	m := meterFrom(ctx) // the stall watchdog's, if any
 	m.arm()
@@ -414,7 +440,10 @@ func (s *s3Source) Identity() Identity { return s.id }
 func (s *s3Source) String() string { return s.name }
 
 // Close does nothing: connections belong to the HTTP client.
-func (s *s3Source) Close() error { return nil }
+func (s *s3Source) Close() error {
+	s.tail.close()
+	return nil
+}
 
 // s3Error is an S3 error reply, shortened for messages. Unwrap returns the
 // SDK's error, so that errors.As finds smithy.APIError and

@@ -778,28 +778,12 @@ func TestS3Prefix(t *testing.T) {
 	data := randomBytes(3<<20, 4)
 	srv.Put(t, bucket, "a.tar", data)
 	srv.Put(t, bucket, "empty.tar", nil)
-	target, err := url.Parse(srv.URL)
-	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var mu sync.Mutex
-	var seen []string
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/") && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 1 {
-			mu.Lock()
-			seen = append(seen, r.Method+" "+r.Header.Get("Range"))
-			mu.Unlock()
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(front.Close)
-	opts := Options{EndpointURL: front.URL, Region: "us-east-1", Prefix: true}
+	front, seen := s3Front(t, srv)
+	opts := Options{EndpointURL: front, Region: "us-east-1", Prefix: true}
 	src, err := Open(t.Context(), "s3://"+bucket+"/a.tar", opts)
 	require.NoError(t, err)
 	defer src.Close()
-	mu.Lock()
-	require.Equal(t, []string{"GET " + ProbeRange}, seen, "requests of the open")
-	seen = nil
-	mu.Unlock()
+	require.Equal(t, []string{"GET " + ProbeRange}, seen(), "requests of the open")
 	require.Equal(t, int64(len(data)), src.Identity().Size)
 	require.NotEmpty(t, src.Identity().ETag)
 	require.True(t, bytes.Equal(data[:ProbeBytes], src.(Prefixer).Prefix()), "prefix")
@@ -810,16 +794,70 @@ func TestS3Prefix(t *testing.T) {
 	s.Close()
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "streamed bytes")
-	mu.Lock()
-	for _, r := range seen {
+	after := seen()
+	for _, r := range after {
 		if strings.HasPrefix(r, "GET bytes=0-") {
-			t.Errorf("got requests %q after the open, want none from 0", seen)
+			t.Errorf("got requests %q after the open, want none from 0", after)
 		}
 	}
-	mu.Unlock()
 
 	empty, err := Open(t.Context(), "s3://"+bucket+"/empty.tar", opts)
 	require.NoError(t, err)
 	require.Zero(t, empty.Identity().Size)
 	empty.Close()
+}
+
+// TestS3Suffix: with Options.Suffix the open of an S3 object also asks
+// for its last ProbeBytes, beside its GetObject of the first; a read
+// inside them then sends no request. An empty object still opens.
+func TestS3Suffix(t *testing.T) {
+	srv := sharedS3(t)
+	bucket := newBucket(t, srv)
+	data := randomBytes(3<<20, 6)
+	srv.Put(t, bucket, "a.tar.zst", data)
+	srv.Put(t, bucket, "empty.tar.zst", nil)
+	front, seen := s3Front(t, srv)
+	opts := Options{EndpointURL: front, Region: "us-east-1", Prefix: true, Suffix: true}
+	src, err := Open(t.Context(), "s3://"+bucket+"/a.tar.zst", opts)
+	require.NoError(t, err)
+	defer src.Close()
+	got := make([]byte, 30000)
+	off := int64(len(data) - len(got))
+	_, err = src.ReadAt(t.Context(), got, off)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data[off:], got), "the tail's bytes")
+	require.ElementsMatch(t, []string{"GET " + ProbeRange, "GET " + SuffixRange}, seen(), "requests of the open and the read")
+
+	empty, err := Open(t.Context(), "s3://"+bucket+"/empty.tar.zst", opts)
+	require.NoError(t, err)
+	require.Zero(t, empty.Identity().Size)
+	empty.Close()
+}
+
+// s3Front serves srv's API through a proxy that records the requests
+// for objects: seen returns the method and Range of each since its last
+// call.
+func s3Front(t *testing.T, srv *s3server.Server) (string, func() []string) {
+	t.Helper()
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	var reqs []string
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 1 {
+			mu.Lock()
+			reqs = append(reqs, r.Method+" "+r.Header.Get("Range"))
+			mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	return front.URL, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		r := reqs
+		reqs = nil
+		return r
+	}
 }

@@ -156,6 +156,24 @@ func (id Identity) Equal(o Identity) bool {
 	return id.Size == o.Size && id.ETag == o.ETag && id.VersionID == o.VersionID && id.LastModified.Equal(o.LastModified)
 }
 
+// sameVersion reports whether id, the identity that a reply sent without
+// a precondition gives, is of the version o that the open pinned: the
+// same size, and the same version id, else ETag, else modification time
+// (as the open's precondition pins it). With none of these, it is not.
+func (id Identity) sameVersion(o Identity) bool {
+	switch {
+	case id.Size != o.Size:
+		return false
+	case o.VersionID != "":
+		return id.VersionID == o.VersionID
+	case o.ETag != "":
+		return id.ETag == o.ETag
+	case !o.LastModified.IsZero():
+		return id.LastModified.Equal(o.LastModified)
+	}
+	return false
+}
+
 // Key returns a short stable string (32 hex digits of a SHA-256 over all
 // fields) used to key caches and saved indexes. It does not depend on the
 // process, the machine or the time zone of LastModified.
@@ -248,6 +266,13 @@ type Options struct {
 	// rather than the first byte, and keeps them (Prefixer), so that the
 	// stream's first bytes come one round trip after the open starts.
 	Prefix bool
+	// Suffix says that a read of the object's end is likely to follow
+	// the open (an index embedded at the end of the archive): the open
+	// of an HTTP(S) or S3 source then also asks for the last ProbeBytes,
+	// beside its identity request (SuffixRange), and reads inside them
+	// need no request of their own once they came from the version the
+	// open pinned (tail.go).
+	Suffix bool
 
 	// s3:// only. Credentials come from the standard AWS chain
 	// (environment, shared config and credentials files, web identity,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
@@ -191,6 +192,23 @@ func (f *frameWriter) flush() error {
 // none.
 func MayEmbed(first byte) bool {
 	return first == magicZstd[0] || first&0xF0 == 0x50
+}
+
+// MayEmbedName reports whether an archive named name (a path or a URL)
+// likely holds an index embedded by Pack, as far as its name tells: a
+// zstd name (.zst, .zstd, .tzst). It is a hint, for asking for the end
+// of the archive early; MayEmbed decides, from the archive's first byte.
+func MayEmbedName(name string) bool {
+	name = strings.ToLower(name)
+	if i := strings.IndexAny(name, "?#"); i >= 0 {
+		name = name[:i]
+	}
+	for _, ext := range []string{".zst", ".zstd", ".tzst"} {
+		if strings.HasSuffix(name, ext) {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadEmbedded reads the index that Pack embedded in the archive behind
