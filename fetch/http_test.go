@@ -581,22 +581,28 @@ func TestHTTPSuffix(t *testing.T) {
 		tail   func(w http.ResponseWriter, r *http.Request)
 		asks   bool // a read of the tail sends a request of its own
 		closes bool // Close cuts a tail still on its way
+		retry  bool // opened with OpenWithRetry, whose attempt's ctx ends with the open
 	}{
-		{"small object", 1000, nil, false, false},
-		{"large object", 3 << 20, nil, false, false},
+		{"small object", 1000, nil, false, false, false},
+		{"large object", 3 << 20, nil, false, false, false},
+		{"after the open's attempt", 3 << 20, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(100 * time.Millisecond) // the probe's attempt has ended
+			w.Header().Set("ETag", `"v1"`)
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(randomBytes(3<<20, 3)))
+		}, false, false, true},
 		{"another version", 3 << 20, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("ETag", `"v2"`)
 			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(randomBytes(3<<20, 9)))
-		}, true, false},
+		}, true, false, false},
 		{"failed", 3 << 20, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "boom", http.StatusInternalServerError)
-		}, true, false},
+		}, true, false, false},
 		{"late", 3 << 20, func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-time.After(late):
 			case <-r.Context().Done():
 			}
-		}, true, true},
+		}, true, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -613,7 +619,14 @@ func TestHTTPSuffix(t *testing.T) {
 				o.ServeHTTP(w, r)
 			}))
 			defer srv.Close()
-			src, err := Open(t.Context(), srv.URL+"/a.tar.zst", Options{Prefix: true, Suffix: true})
+			opts := Options{Prefix: true, Suffix: true}
+			var src Source
+			var err error
+			if tt.retry {
+				src, err = OpenWithRetry(t.Context(), srv.URL+"/a.tar.zst", opts, RetryOptions{})
+			} else {
+				src, err = Open(t.Context(), srv.URL+"/a.tar.zst", opts)
+			}
 			require.NoError(t, err)
 			// The tail's request went out with the probe.
 			deadline := time.Now().Add(10 * time.Second)

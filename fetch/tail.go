@@ -50,9 +50,10 @@ type tailFetch struct {
 }
 
 // startTail sends get on a goroutine of its own, under tailTimeout; the
-// caller calls close.
+// caller calls close. The request outlives ctx, which may be only the
+// open's (an attempt of OpenWithRetry ends with its open): close ends it.
 func startTail(ctx context.Context, get func(ctx context.Context) (tailReply, error)) *tailFetch {
-	ctx, cancel := context.WithTimeout(ctx, tailTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tailTimeout)
 	t := &tailFetch{done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(t.done)
