@@ -153,6 +153,11 @@ type Reader struct {
 	lastKind Kind
 	err      error
 	trailing bool
+	// spec, when set, makes the Reader a worker of a ParallelReader
+	// (parallel.go): it records its block ends and members instead of
+	// checkpoints, leaves checksums to the ParallelReader, and stops at
+	// the first block header at or after spec.stopBit.
+	spec *spec
 }
 
 // NewReader returns a Reader that decodes the gzip stream in r from its
@@ -608,6 +613,9 @@ func (z *Reader) header() error {
 	if err := z.fill(10); err != nil {
 		return err
 	}
+	if z.spec != nil && !z.spec.last && z.inEnd-z.inPos < 10 {
+		return errOutOfInput // more of the stream follows the worker's input
+	}
 	start := z.inBase + int64(z.inPos)
 	if z.inEnd-z.inPos < 10 {
 		if z.inEnd == z.inPos && z.firstMemb {
@@ -685,7 +693,10 @@ func (z *Reader) header() error {
 	z.memberIn = start
 	z.hist = z.op
 	z.pre = nil // a new member refers to nothing before it
-	z.crcOn = true
+	z.crcOn = z.spec == nil
+	if z.spec != nil {
+		z.spec.events = append(z.spec.events, event{kind: evMemberStart, out: z.op, in: start})
+	}
 	z.crc = 0
 	z.isize = 0
 	z.crcPos = z.op
@@ -751,6 +762,9 @@ func (z *Reader) trailer() error {
 	}
 	crc := binary.LittleEndian.Uint32(z.in[z.inPos:])
 	size := binary.LittleEndian.Uint32(z.in[z.inPos+4:])
+	if z.spec != nil {
+		z.spec.events = append(z.spec.events, event{kind: evMemberEnd, out: z.op, crc: crc, size: size})
+	}
 	if z.crcOn && (crc != z.crc || size != z.isize) {
 		return fmt.Errorf("%w: member at %d: checksum mismatch", ErrCorrupt, z.memberIn)
 	}
@@ -807,6 +821,10 @@ func (z *Reader) endBlock() {
 		return
 	}
 	z.state = stBlock
+	if z.spec != nil {
+		z.specBlockEnd()
+		return
+	}
 	out := z.outBase + int64(z.op)
 	if z.opts.Span > 0 && z.opts.OnCheckpoint != nil && out-z.lastCP >= z.opts.Span {
 		bit := z.bitOffset()
