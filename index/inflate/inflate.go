@@ -1051,8 +1051,6 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 	out, op := z.out, z.op
 	lit, dist := z.lit, z.dist
 	hist, virt := z.hist, z.virt
-	const litMask = 1<<litPrimaryBits - 1
-	const distMask = 1<<distPrimaryBits - 1
 	save := func() {
 		z.bits, z.nbits, z.inPos, z.op = bits, nbits, inPos, op
 	}
@@ -1075,12 +1073,8 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 				in, inPos, inEnd = z.in, z.inPos, z.inEnd
 			}
 		}
-		e := lit[bits&litMask]
-		if e&flagSub != 0 {
-			bits >>= litPrimaryBits
-			nbits -= litPrimaryBits
-			e = lit[e>>16+uint32(bits)&(1<<(e>>8&0xf)-1)]
-		}
+		var e uint32
+		e, bits, nbits = lookup(lit, bits, nbits, litPrimaryBits)
 		if int32(e) < 0 {
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
@@ -1106,23 +1100,13 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			z.endBlock()
 			return false, nil
 		}
-		length := int(e>>16 + uint32(bits&(1<<(e&0xff)-1))>>(e>>8&0xf))
-		bits >>= e & 0xff
-		nbits -= uint(e & 0xff)
-
-		d := dist[bits&distMask]
-		if d&flagSub != 0 {
-			bits >>= distPrimaryBits
-			nbits -= distPrimaryBits
-			d = dist[d>>16+uint32(bits)&(1<<(d>>8&0xf)-1)]
-		}
-		if d&flagExceptional != 0 {
+		var length, distance int
+		var ok bool
+		length, distance, bits, nbits, ok = match(e, bits, nbits, dist)
+		if !ok {
 			save()
 			return false, z.corrupt("invalid distance code")
 		}
-		distance := int(d>>16 + uint32(bits&(1<<(d&0xff)-1))>>(d>>8&0xf))
-		bits >>= d & 0xff
-		nbits -= uint(d & 0xff)
 		if nbits < virt {
 			save()
 			return false, z.truncated()

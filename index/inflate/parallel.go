@@ -46,6 +46,7 @@ import (
 	"hash/crc32"
 	"io"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -122,12 +123,14 @@ func (z *Reader) specBlockEnd() {
 // job is one chunk: its input, set by the producer before the job is
 // queued, and the worker's result, set before done is closed.
 type job struct {
-	begin int64  // compressed offset of data[0]
-	n     int    // data[:n] is this chunk; data[n:] the next one
-	data  []byte // this chunk and the next, up to 2*parChunk bytes
-	last  bool   // data ends where the stream does
-	max   int    // the most output the chunk may have
-	done  chan struct{}
+	begin     int64       // compressed offset of data[0]
+	n         int         // data[:n] is this chunk; data[n:] the next one
+	data      []byte      // this chunk and the next, up to 2*parChunk bytes
+	last      bool        // data ends where the stream does
+	max       int         // the most output the chunk may have
+	pool      *pool[byte] // of output buffers
+	marksPool *pool[uint16]
+	done      chan struct{}
 
 	start int64 // bit offset where the worker started; -1: none found
 	// aligned, when the chunk starts with a stored block, is the bit
@@ -141,6 +144,8 @@ type job struct {
 	out      []byte
 	op       int
 	marks    []uint16
+	nm       int // while decoding with markers: marks[:nm] is the output
+	lastMark int
 	minMark  int
 	events   []event
 	trailing bool
@@ -208,16 +213,47 @@ func (j *job) startsAt(bit int64) bool {
 // goroutine, and returns the result as a job of its own that shares j's
 // input.
 func (j *job) from(bit int64, window []byte) *job {
-	b := &job{begin: j.begin, n: j.n, data: j.data, last: j.last, max: j.max,
+	b := &job{begin: j.begin, n: j.n, data: j.data, last: j.last, max: j.max, pool: j.pool, marksPool: j.marksPool,
 		start: bit, end: -1, minMark: WindowSize, aligned: -1}
 	z := &Reader{in: b.data, inEnd: len(b.data), inBase: b.begin, srcEOF: true, limit: -1,
 		spec: &spec{stopBit: (b.begin + int64(b.n)) * 8, last: b.last}}
 	b.reset(z, bit)
-	z.out = make([]byte, WindowSize+4*b.n+margin)
+	z.out = b.pool.get(b.outSize())
 	copy(z.out[WindowSize-len(window):], window)
 	z.hist = WindowSize - len(window)
 	b.err = b.fast(z)
 	return b
+}
+
+// outSize is the size of a chunk's output buffer to start with: room
+// for a compression ratio of 5.
+func (j *job) outSize() int { return WindowSize + 5*j.n + margin }
+
+// pool keeps freed buffers for reuse, at most cap(c) of them.
+type pool[T any] struct{ c chan []T }
+
+func newPool[T any](n int) *pool[T] { return &pool[T]{make(chan []T, n)} }
+
+// get returns a buffer of at least n elements, with any content.
+func (p *pool[T]) get(n int) []T {
+	select {
+	case b := <-p.c:
+		if cap(b) >= n {
+			return b[:cap(b)]
+		}
+	default:
+	}
+	return make([]T, n)
+}
+
+func (p *pool[T]) put(b []T) {
+	if b == nil {
+		return
+	}
+	select {
+	case p.c <- b:
+	default:
+	}
 }
 
 // reset puts z at bit, to decode a block header there, and forgets any
@@ -233,7 +269,7 @@ func (j *job) reset(z *Reader, bit int64) {
 	z.spec.stopped = false
 	z.trailing = false
 	z.out, z.op, z.hist = nil, WindowSize, 0
-	j.marks = j.marks[:0]
+	j.nm, j.lastMark = 0, 0
 	j.minMark = WindowSize
 	j.events = nil
 	j.op = 0
@@ -294,10 +330,10 @@ func (j *job) candidate(bit int64) bool {
 
 // marked decodes from the block whose header z has just read, with
 // 16-bit output and markers for the unknown window, until 32 KiB of
-// output pass without a marker (or a member ends) at a block boundary;
-// then it goes on with fast.
+// output pass without a marker (or a member ends); then it goes on with
+// fast. j.marks[:j.nm] is the output so far; j.lastMark is one past the
+// last symbol that is a marker.
 func (j *job) marked(z *Reader) error {
-	lastMark := 0 // marks[:lastMark] may hold markers
 	for {
 		switch z.state {
 		case stStored:
@@ -308,70 +344,102 @@ func (j *job) marked(z *Reader) error {
 				}
 				return z.truncated()
 			}
-			if len(j.marks)+n > parMaxMarked {
-				return errTooBig
+			if err := j.room(n); err != nil {
+				return err
 			}
-			for _, c := range z.in[z.inPos : z.inPos+n] {
-				j.marks = append(j.marks, uint16(c))
+			for i, c := range z.in[z.inPos : z.inPos+n] {
+				j.marks[j.nm+i] = uint16(c)
 			}
+			j.nm += n
 			z.inPos += n
 			z.storedLeft = 0
 		case stHuffman:
-			var err error
-			if lastMark, err = j.huffmanMarked(z, lastMark); err != nil {
+			clean, err := j.huffmanMarked(z)
+			if err != nil {
 				return err
 			}
+			if clean {
+				// In the middle of the block: z goes on with it.
+				j.bytes(z)
+				return j.fast(z)
+			}
 		}
-		z.op = WindowSize + len(j.marks)
+		z.op = WindowSize + j.nm
 		z.endBlock()
 		switch {
-		case z.state == stBlock && len(j.marks)-lastMark < WindowSize:
+		case z.state == stBlock && j.nm-j.lastMark < WindowSize:
 			if err := z.blockHeader(); err != nil {
 				return err
 			}
 			continue
 		case z.state == stDone: // stopped: all was decoded with markers
-			j.bytes(z, lastMark)
+			j.bytes(z)
 			j.out, j.op, j.events, j.end = z.out, z.op, z.spec.events, z.bitOffset()
 			return nil
 		}
 		// Clear of markers (stBlock), or at a member's end (stTrailer):
 		// the rest is decoded as bytes.
-		j.bytes(z, lastMark)
+		j.bytes(z)
 		return j.fast(z)
 	}
+}
+
+// room makes room for n more symbols in j.marks, up to parMaxMarked.
+func (j *job) room(n int) error {
+	if j.nm+n <= len(j.marks) {
+		return nil
+	}
+	if j.nm+n > parMaxMarked {
+		return errTooBig
+	}
+	m := j.marksPool.get(parMaxMarked)
+	copy(m, j.marks[:j.nm])
+	j.marksPool.put(j.marks)
+	j.marks = m
+	return nil
 }
 
 // bytes moves the output decoded with markers into a byte buffer that z
 // decodes on into: out[WindowSize:] (markers left as zero, for the
 // consumer to resolve), and keeps in j.marks the symbols before
 // lastMark, which the consumer resolves.
-func (j *job) bytes(z *Reader, lastMark int) {
-	out := make([]byte, max(z.op+margin+(1<<20), WindowSize+4*j.n+margin))
-	for i, v := range j.marks {
+func (j *job) bytes(z *Reader) {
+	out := j.pool.get(max(WindowSize+j.nm+margin+(1<<20), j.outSize()))
+	for i, v := range j.marks[:j.nm] {
 		out[WindowSize+i] = byte(v)
 	}
-	j.marks = j.marks[:lastMark]
+	j.marks = j.marks[:j.lastMark]
 	z.out = out
+	z.op = WindowSize + j.nm
 	z.hist = WindowSize
 }
 
 // huffmanMarked decodes symbols of a Huffman block into j.marks until the
-// block ends. Markers stand for bytes of the unknown window; lastMark is
-// one past the latest symbol that is a marker.
-func (j *job) huffmanMarked(z *Reader, lastMark int) (int, error) {
+// block ends (clean false) or 32 KiB of output have passed without a
+// marker (clean true). Markers stand for bytes of the unknown window.
+func (j *job) huffmanMarked(z *Reader) (clean bool, err error) {
 	bits, nbits := z.bits, z.nbits
 	in, inPos, inEnd := z.in, z.inPos, z.inEnd
 	lit, dist := z.lit, z.dist
 	virt := z.virt
-	marks := j.marks
-	const litMask = 1<<litPrimaryBits - 1
-	const distMask = 1<<distPrimaryBits - 1
+	marks, n, lastMark := j.marks, j.nm, j.lastMark
 	save := func() {
 		z.bits, z.nbits, z.inPos = bits, nbits, inPos
-		j.marks = marks
+		j.nm, j.lastMark = n, lastMark
 	}
 	for {
+		if n-lastMark >= WindowSize {
+			save()
+			z.op = WindowSize + n
+			return true, nil
+		}
+		if n+maxMatch > len(marks) {
+			save()
+			if err := j.room(maxMatch); err != nil {
+				return false, err
+			}
+			marks = j.marks
+		}
 		if nbits < 48 {
 			if inPos+8 <= inEnd {
 				bits |= binary.LittleEndian.Uint64(in[inPos:]) << nbits
@@ -380,91 +448,92 @@ func (j *job) huffmanMarked(z *Reader, lastMark int) (int, error) {
 			} else {
 				save()
 				if err := z.refillSlow(); err != nil {
-					return lastMark, err
+					return false, err
 				}
 				bits, nbits, virt = z.bits, z.nbits, z.virt
 				inPos = z.inPos
 			}
 		}
-		e := lit[bits&litMask]
-		if e&flagSub != 0 {
-			bits >>= litPrimaryBits
-			nbits -= litPrimaryBits
-			e = lit[e>>16+uint32(bits)&(1<<(e>>8&0xf)-1)]
-		}
+		var e uint32
+		e, bits, nbits = lookup(lit, bits, nbits, litPrimaryBits)
 		if int32(e) < 0 {
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
 			if nbits < virt {
 				save()
-				return lastMark, z.truncated()
+				return false, z.truncated()
 			}
-			marks = append(marks, uint16(byte(e>>16)))
+			marks[n] = uint16(byte(e >> 16))
+			n++
 			continue
 		}
 		if e&flagExceptional != 0 {
 			if e&flagEnd == 0 {
 				save()
-				return lastMark, z.corrupt("invalid literal/length code")
+				return false, z.corrupt("invalid literal/length code")
 			}
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
 			save()
 			if z.overread() {
-				return lastMark, z.truncated()
+				return false, z.truncated()
 			}
-			return lastMark, nil
+			return false, nil
 		}
-		length := int(e>>16 + uint32(bits&(1<<(e&0xff)-1))>>(e>>8&0xf))
-		bits >>= e & 0xff
-		nbits -= uint(e & 0xff)
-		d := dist[bits&distMask]
-		if d&flagSub != 0 {
-			bits >>= distPrimaryBits
-			nbits -= distPrimaryBits
-			d = dist[d>>16+uint32(bits)&(1<<(d>>8&0xf)-1)]
-		}
-		if d&flagExceptional != 0 {
+		var length, distance int
+		var ok bool
+		length, distance, bits, nbits, ok = match(e, bits, nbits, dist)
+		if !ok {
 			save()
-			return lastMark, z.corrupt("invalid distance code")
+			return false, z.corrupt("invalid distance code")
 		}
-		distance := int(d>>16 + uint32(bits&(1<<(d&0xff)-1))>>(d>>8&0xf))
-		bits >>= d & 0xff
-		nbits -= uint(d & 0xff)
 		if nbits < virt {
 			save()
-			return lastMark, z.truncated()
+			return false, z.truncated()
 		}
-		if len(marks)+length > parMaxMarked {
-			save()
-			return lastMark, errTooBig
-		}
-		src := len(marks) - distance
-		if src < -WindowSize {
-			save()
-			return lastMark, z.corrupt("distance %d too far back", distance)
-		}
-		for k := range length {
-			var v uint16
-			if s := src + k; s < 0 {
-				v = markFlag | uint16(WindowSize+s)
-				j.minMark = min(j.minMark, WindowSize+s)
-			} else {
-				v = marks[s]
+		src := n - distance
+		switch {
+		case src < 0:
+			for k := range length {
+				if s := src + k; s < 0 {
+					marks[n+k] = markFlag | uint16(WindowSize+s)
+					j.minMark = min(j.minMark, WindowSize+s)
+				} else {
+					marks[n+k] = marks[s]
+				}
 			}
-			marks = append(marks, v)
-			if v >= markFlag {
-				lastMark = len(marks)
+			lastMark = n + length
+		case distance >= length:
+			copy(marks[n:n+length], marks[src:src+length])
+			// The last marker copied, if any: a scan back through
+			// the part of the source before lastMark.
+			for k := min(length, lastMark-src) - 1; k >= 0; k-- {
+				if marks[src+k] >= markFlag {
+					lastMark = n + k + 1
+					break
+				}
+			}
+		default:
+			for k := range length {
+				v := marks[src+k]
+				marks[n+k] = v
+				if v >= markFlag {
+					lastMark = n + k + 1
+				}
 			}
 		}
+		n += length
 	}
 }
+
+// maxMatch is the longest match of DEFLATE.
+const maxMatch = 258
 
 // fast decodes on with the Reader's loops into z.out, which grows up to
 // j.max bytes of output, until the worker stops or the stream ends.
 func (j *job) fast(z *Reader) error {
 	if z.out == nil {
-		z.out = make([]byte, WindowSize+4*j.n+margin)
+		z.out = j.pool.get(j.outSize())
 		z.op, z.hist = WindowSize, WindowSize
 	}
 	for {
@@ -490,8 +559,9 @@ func (j *job) fast(z *Reader) error {
 				}
 				z.spec.stopBit = 0
 			}
-			out := make([]byte, min(2*len(z.out), WindowSize+j.max+parMaxBlock+margin))
+			out := j.pool.get(min(2*len(z.out), WindowSize+j.max+parMaxBlock+margin))
 			copy(out, z.out[:z.op])
+			j.pool.put(z.out)
 			z.out = out
 		}
 	}
@@ -519,6 +589,9 @@ type ParallelReader struct {
 	cancel  context.CancelFunc
 	ctx     context.Context
 	jobs    chan *job     // in stream order; closed when the producer ends
+	outs    *pool[byte]   // chunks' output buffers
+	marks   *pool[uint16] // chunks' marks buffers
+	ins     *pool[byte]   // chunks' input buffers
 	prodEnd chan struct{} // closed when the producer and its workers ended
 	stop    sync.Once
 
@@ -569,6 +642,9 @@ func newParallelReader(ctx context.Context, r io.Reader, opts Options, workers, 
 		ctx:     ctx,
 		cancel:  cancel,
 		jobs:    make(chan *job, workers),
+		outs:    newPool[byte](workers + 2),
+		marks:   newPool[uint16](workers + 2),
+		ins:     newPool[byte](workers + 3),
 		prodEnd: make(chan struct{}),
 		tail:    make([]byte, 0, WindowSize),
 	}
@@ -590,7 +666,7 @@ func (p *ParallelReader) produce() {
 	var prev *job
 	var off int64
 	for {
-		buf := make([]byte, 2*p.chunk)
+		buf := p.ins.get(2 * p.chunk)
 		n, err := io.ReadFull(p.src, buf[:p.chunk])
 		if err == io.ErrUnexpectedEOF {
 			err = io.EOF
@@ -607,14 +683,14 @@ func (p *ParallelReader) produce() {
 		if err != nil {
 			p.srcErr = err
 			if n > 0 {
-				j := &job{begin: off, n: n, data: buf[:n], last: err == io.EOF, max: parMaxRatio * p.chunk, done: make(chan struct{})}
+				j := &job{begin: off, n: n, data: buf[:n], last: err == io.EOF, max: parMaxRatio * p.chunk, pool: p.outs, marksPool: p.marks, done: make(chan struct{})}
 				if !p.queue(ctx, g, j) {
 					p.held = append(p.held, buf[:n])
 				}
 			}
 			return
 		}
-		prev = &job{begin: off, n: n, data: buf[:n], max: parMaxRatio * p.chunk, done: make(chan struct{})}
+		prev = &job{begin: off, n: n, data: buf[:n], max: parMaxRatio * p.chunk, pool: p.outs, marksPool: p.marks, done: make(chan struct{})}
 		off += int64(n)
 		if ctx.Err() != nil {
 			p.held = append(p.held, prev.data[:prev.n])
@@ -659,14 +735,18 @@ func (p *ParallelReader) Trailing() bool {
 
 // Read implements io.Reader.
 func (p *ParallelReader) Read(b []byte) (int, error) {
+	done := 0
 	for {
-		if p.seq != nil {
+		switch {
+		case p.seq != nil && done == 0:
 			return p.seq.Read(b)
-		}
-		if p.err != nil {
+		case p.seq != nil || p.err != nil && done > 0:
+			return done, nil
+		case p.err != nil:
 			return 0, p.err
-		}
-		if p.cur == nil {
+		case p.cur == nil && done > 0:
+			return done, nil // the next chunk may not be ready
+		case p.cur == nil:
 			if err := p.next(); err != nil {
 				p.err = err
 			}
@@ -676,29 +756,32 @@ func (p *ParallelReader) Read(b []byte) (int, error) {
 		for p.ev < len(cur.events) && cur.events[p.ev].out <= p.pos {
 			if err := p.apply(cur.events[p.ev]); err != nil {
 				p.err = err
-				return 0, err
+				break
 			}
 			p.ev++
+		}
+		if p.err != nil {
+			continue
 		}
 		if p.pos == cur.op {
 			p.finishChunk()
 			continue
 		}
+		if done == len(b) {
+			return done, nil
+		}
 		lim := cur.op
 		if p.ev < len(cur.events) {
 			lim = min(lim, cur.events[p.ev].out)
 		}
-		if len(b) == 0 {
-			return 0, nil
-		}
-		n := copy(b, cur.out[p.pos:lim])
-		p.crc = crc32.Update(p.crc, crc32.IEEETable, b[:n])
+		n := copy(b[done:], cur.out[p.pos:lim])
+		p.crc = crc32.Update(p.crc, crc32.IEEETable, b[done:done+n])
 		p.size += uint32(n)
 		if p.opts.OnData != nil {
-			p.opts.OnData(b[:n])
+			p.opts.OnData(b[done : done+n])
 		}
 		p.pos += n
-		return n, nil
+		done += n
 	}
 }
 
@@ -731,6 +814,10 @@ func (p *ParallelReader) next() error {
 	// decode the chunk here, from there.
 	if p.expect/8 < j.begin || p.expect/8 >= j.begin+int64(j.n) {
 		return p.fallback(j)
+	}
+	if j.out != nil {
+		p.outs.put(j.out)
+		j.out = nil
 	}
 	b := j.from(p.expect, p.tail[len(p.tail)-int(min(int64(len(p.tail)), p.outOff-p.member)):])
 	if b.err != nil {
@@ -770,6 +857,12 @@ func (p *ParallelReader) finishChunk() {
 	p.tail = append(p.tail[:0], cur.out[from:cur.op]...)
 	p.outOff += int64(cur.op - WindowSize)
 	p.expect = cur.end
+	p.outs.put(cur.out)
+	p.marks.put(cur.marks)
+	cur.out, cur.marks = nil, nil
+	if p.prev != nil && unsafe.SliceData(p.prev.data) != unsafe.SliceData(cur.data) {
+		p.ins.put(p.prev.data)
+	}
 	p.prev, p.cur = cur, nil
 }
 
@@ -854,3 +947,7 @@ func (p *ParallelReader) fallback(j *job) error {
 type failing struct{ err error }
 
 func (e failing) Read([]byte) (int, error) { return 0, e.err }
+
+// ParallelMinSize is the compressed size below which a ParallelReader
+// does not pay: two chunks, the least that two workers share.
+const ParallelMinSize = 2 * parChunk
