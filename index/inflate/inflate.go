@@ -4,6 +4,12 @@
 // uncompressed offset and the last 32 KiB of output; at a gzip member start
 // it needs no window at all.
 //
+// ParallelReader (parallel.go) decodes one stream on several goroutines,
+// speculatively: workers find block starts in chunks of the compressed
+// stream and decode them with an unknown window, and the reader resolves
+// and checks them in order, with the same output, checkpoints and errors
+// as Reader.
+//
 // It knows nothing of tar, transports or caches: it reads compressed bytes
 // from an io.Reader and hands out decoded bytes.
 package inflate

@@ -572,10 +572,17 @@ func (j *job) fast(z *Reader) error {
 // at the top of parallel.go. Options.Limit is not supported.
 //
 // It reads r ahead on a goroutine of its own (never concurrently with
-// another read of r) and decodes up to workers chunks at once. Memory is
-// bounded by about (2*workers+2) chunks in flight, each with 8 MiB of
-// input and at most 32 MiB of output (typically 4 times its input), plus
-// its markers (at most 8 MiB).
+// another read of r) and decodes up to workers chunks at once, with at
+// most workers more decoded and waiting. Memory is bounded: workers+4
+// chunks' input buffers of 8 MiB (a chunk and the next), and workers+2
+// chunks' output, each at most 40 MiB (parMaxRatio times the chunk, and
+// one block more; typically 5 times the chunk, 20 MiB) and 8 MiB of
+// markers; about 60 MiB a worker in the worst case, 30 typically.
+//
+// How many workers: GOMAXPROCS (the index pass's choice), since the
+// consumer's work (resolving markers, checksums, copying out) is a small
+// part of decoding. Below two chunks of input, or on one core, the
+// sequential Reader does as well: see ParallelMinSize.
 //
 // Read and Trailing are for one goroutine; Close may be called from any,
 // more than once, and must be called when done (it waits for the
