@@ -68,9 +68,10 @@ type BuildOptions struct {
 	// it when ctx stops the pass (or the process dies).
 	Partial string
 	// Workers is how many goroutines may decode a gzip archive at once
-	// (inflate.ParallelReader): 0 means GOMAXPROCS, 1 decodes it
-	// sequentially. An archive smaller than inflate.ParallelMinSize, and
-	// a pass resumed from a partial index, are decoded sequentially.
+	// (inflate.ParallelReader); 1 decodes it sequentially. 0 means
+	// GOMAXPROCS when it is at least inflate.ParallelMinProcs, else 1.
+	// An archive smaller than inflate.ParallelMinSize, and a pass resumed
+	// from a partial index, are decoded sequentially.
 	Workers int
 	// Cached, if set, copies the object's bytes at off into p when they
 	// are at hand without fetching (fetch.Blocks.ReadCached), and reports
@@ -138,6 +139,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	rec.ctx, rec.workers = ctx, opts.Workers
 	if rec.workers <= 0 {
 		rec.workers = runtime.GOMAXPROCS(0)
+		if rec.workers < inflate.ParallelMinProcs {
+			rec.workers = 1
+		}
 	}
 	if id.Size > 0 && id.Size < inflate.ParallelMinSize {
 		rec.workers = 1
