@@ -215,6 +215,34 @@ func TestParallelEdges(t *testing.T) {
 	}
 }
 
+// TestParallelOnData checks that OnData sees every byte in order, and all
+// bytes before a checkpoint when the checkpoint is reported, as with
+// Reader.
+func TestParallelOnData(t *testing.T) {
+	data := sample("mixed", scaled(3<<20))
+	comp := multiMember(700<<10)(t, data)
+	var seen []byte
+	cps := 0
+	p := newParallelReader(context.Background(), bytes.NewReader(comp), Options{
+		Span:   300 << 10,
+		OnData: func(b []byte) { seen = append(seen, b...) },
+		OnCheckpoint: func(cp Checkpoint) {
+			cps++
+			if int64(len(seen)) != cp.Out {
+				t.Errorf("checkpoint at %d reported after %d bytes of data", cp.Out, len(seen))
+			}
+		},
+	}, 2, 64<<10)
+	defer p.Close()
+	got, err := io.ReadAll(p)
+	if err != nil || !bytes.Equal(got, data) || !bytes.Equal(seen, data) {
+		t.Fatalf("err %v; read %d bytes, OnData saw %d; want %d", err, len(got), len(seen), len(data))
+	}
+	if cps < 2 || p.chunks < 2 {
+		t.Fatalf("%d checkpoints, %d chunks: the test proves nothing", cps, p.chunks)
+	}
+}
+
 // TestParallelClose stops a ParallelReader before and while it is read.
 func TestParallelClose(t *testing.T) {
 	comp := stdLevel(6)(t, sample("mixed", 2<<20))
