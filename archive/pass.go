@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/index/tarscan"
 )
@@ -230,6 +231,13 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 		OnProgress: progress, Resume: resume, Partial: partial, Cached: a.blocks.ReadCached}
 	if decoded != nil {
 		bopts.Local = decoded
+	}
+	if !fetch.IsLocal(a.base) {
+		// A gzip pass decodes on every core only from a local file, for
+		// now: from a remote object it is paced by the fetch, and the
+		// parallel inflater, which reads some 20 MiB ahead, has not been
+		// measured there.
+		bopts.Workers = 1
 	}
 	ix, err := index.Build(ctx, countingReader{stream, &pp.read}, a.Identity(), bopts)
 	pp.finish(err == nil)

@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/tarmount/tarmount/fetch"
+	"github.com/tarmount/tarmount/index/inflate"
 	"github.com/tarmount/tarmount/index/tarscan"
 )
 
@@ -65,6 +67,12 @@ type BuildOptions struct {
 	// Build removes it when the pass ends or fails for good, and leaves
 	// it when ctx stops the pass (or the process dies).
 	Partial string
+	// Workers is how many goroutines may decode a gzip archive at once
+	// (inflate.ParallelReader); 1 decodes it sequentially. 0 means
+	// GOMAXPROCS when it is at least inflate.ParallelMinProcs, else 1.
+	// An archive smaller than inflate.ParallelMinSize, and a pass resumed
+	// from a partial index, are decoded sequentially.
+	Workers int
 	// Cached, if set, copies the object's bytes at off into p when they
 	// are at hand without fetching (fetch.Blocks.ReadCached), and reports
 	// whether it did. A pass that ctx stops keeps those from its latest
@@ -128,6 +136,16 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	ix.Span = opts.Span
 	ix.Codec = codec
 	rec := newRecorder(ix, opts.Span, opts.Local)
+	rec.ctx, rec.workers = ctx, opts.Workers
+	if rec.workers <= 0 {
+		rec.workers = runtime.GOMAXPROCS(0)
+		if rec.workers < inflate.ParallelMinProcs {
+			rec.workers = 1
+		}
+	}
+	if id.Size > 0 && id.Size < inflate.ParallelMinSize {
+		rec.workers = 1
+	}
 	add := b.add
 	if opts.Live != nil {
 		opts.Live.attach(b, ix)

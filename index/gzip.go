@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -16,9 +17,17 @@ import (
 // goroutine, while the inflater decodes what follows.
 type gzipPass struct {
 	*pipe
-	z         *inflate.Reader // read by the pipe's goroutine until it ends
+	z         gzipDecoder             // read by the pipe's goroutine until it ends
+	par       *inflate.ParallelReader // z, when it decodes on several goroutines
 	rec       *recorder
 	windowErr error // the first error compressing a checkpoint's window
+}
+
+// gzipDecoder is the inflater of a pass: inflate.Reader, or
+// inflate.ParallelReader when rec.workers > 1.
+type gzipDecoder interface {
+	io.Reader
+	Trailing() bool
 }
 
 // A pipe slot holds an inflater's output buffer: the inflater decodes
@@ -27,9 +36,31 @@ const _ uint = pipeSlotBytes - inflate.BufSize
 
 func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
 	g := &gzipPass{pipe: newPipe(0, rec.write), rec: rec}
-	g.z = inflate.NewReader(r, g.options())
+	if rec.workers > 1 {
+		ctx := rec.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		g.par = inflate.NewParallelReader(ctx, r, g.options(), rec.workers)
+		g.z = g.par
+	} else {
+		g.z = inflate.NewReader(r, g.options())
+	}
 	g.start(g.z)
 	return g
+}
+
+// close stops the decoder goroutines and waits for them: the parallel
+// inflater's first, so that a read of the pipe's goroutine waiting for
+// a chunk returns.
+func (g *gzipPass) close() {
+	if g.par != nil {
+		g.par.Stop()
+	}
+	g.pipe.close()
+	if g.par != nil {
+		g.par.Close()
+	}
 }
 
 // newGzipPassAt resumes the pass at cp, window the output before it; r

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"context"
 	"io"
 
 	"github.com/cespare/xxhash/v2"
@@ -37,6 +38,11 @@ type recorder struct {
 	// live, if set, is told of every checkpoint and digest: they are
 	// added under its lock.
 	live *Live
+	// ctx and workers are for a codec whose pass decodes on several
+	// goroutines (gzip): how many it may use (1: decode sequentially),
+	// and when they stop.
+	ctx     context.Context
+	workers int
 }
 
 type subSpan struct {

@@ -3,6 +3,8 @@ package inflate
 import (
 	"bytes"
 	stdgzip "compress/gzip"
+	"context"
+	"fmt"
 	"io"
 	"os"
 	"runtime"
@@ -144,5 +146,38 @@ func BenchmarkDecodeSmallBlocks(b *testing.B) {
 		if n, err := io.Copy(io.Discard, z); err != nil || n != int64(len(data)) {
 			b.Fatalf("decoded %d bytes, err %v", n, err)
 		}
+	}
+}
+
+// BenchmarkDecodeParallel decodes the stream as the index pass does
+// (checkpoints every 4 MiB, read in 512 KiB pieces) with the
+// ParallelReader, with as many workers as GOMAXPROCS and with one, beside
+// the sequential Reader.
+func BenchmarkDecodeParallel(b *testing.B) {
+	comp, size := benchSetup(b)
+	opts := Options{Span: 4 << 20, OnCheckpoint: func(Checkpoint) {}}
+	run := func(b *testing.B, open func(io.Reader) io.Reader) {
+		buf := make([]byte, 512<<10)
+		b.SetBytes(size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			r := open(bytes.NewReader(comp))
+			n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
+			if err != nil || n != size {
+				b.Fatalf("decoded %d bytes, err %v", n, err)
+			}
+			if c, ok := r.(io.Closer); ok {
+				c.Close()
+			}
+		}
+	}
+	b.Run("sequential", func(b *testing.B) {
+		run(b, func(r io.Reader) io.Reader { return NewReader(r, opts) })
+	})
+	for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("workers-%d", w), func(b *testing.B) {
+			run(b, func(r io.Reader) io.Reader { return NewParallelReader(context.Background(), r, opts, w) })
+		})
 	}
 }

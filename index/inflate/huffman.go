@@ -279,3 +279,36 @@ func buildTable(table []uint32, lengths []uint8, primary uint, syms *symbols) er
 func reverse(code uint32, n uint) uint32 {
 	return bits.Reverse32(code) >> (32 - n)
 }
+
+// lookup returns the entry of table t (primary bits wide) for the next
+// bits of the stream (nbits of them), going through a subtable pointer:
+// its primary bits are then consumed.
+func lookup(t []uint32, bits uint64, nbits, primary uint) (uint32, uint64, uint) {
+	e := t[bits&(1<<primary-1)]
+	if e&flagSub != 0 {
+		bits >>= primary
+		nbits -= primary
+		e = t[e>>16+uint32(bits)&(1<<(e>>8&0xf)-1)]
+	}
+	return e, bits, nbits
+}
+
+// extra returns the length or distance of entry e, with bits the stream
+// from its codeword's first bit.
+func extra(e uint32, bits uint64) int {
+	return int(e>>16 + uint32(bits&(1<<(e&0xff)-1))>>(e>>8&0xf))
+}
+
+// match decodes the rest of a match whose length entry is e, with bits
+// (nbits of them) the stream from the length's codeword on: the length,
+// then the distance. ok is false when the distance code is invalid.
+func match(e uint32, bits uint64, nbits uint, dist []uint32) (length, distance int, _ uint64, _ uint, ok bool) {
+	length = extra(e, bits)
+	bits >>= e & 0xff
+	nbits -= uint(e & 0xff)
+	d, bits, nbits := lookup(dist, bits, nbits, distPrimaryBits)
+	if d&flagExceptional != 0 {
+		return 0, 0, bits, nbits, false
+	}
+	return length, extra(d, bits), bits >> (d & 0xff), nbits - uint(d&0xff), true
+}

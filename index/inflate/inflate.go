@@ -4,6 +4,12 @@
 // uncompressed offset and the last 32 KiB of output; at a gzip member start
 // it needs no window at all.
 //
+// ParallelReader (parallel.go) decodes one stream on several goroutines,
+// speculatively: workers find block starts in chunks of the compressed
+// stream and decode them with an unknown window, and the reader resolves
+// and checks them in order, with the same output, checkpoints and errors
+// as Reader.
+//
 // It knows nothing of tar, transports or caches: it reads compressed bytes
 // from an io.Reader and hands out decoded bytes.
 package inflate
@@ -153,6 +159,11 @@ type Reader struct {
 	lastKind Kind
 	err      error
 	trailing bool
+	// spec, when set, makes the Reader a worker of a ParallelReader
+	// (parallel.go): it records its block ends and members instead of
+	// checkpoints, leaves checksums to the ParallelReader, and stops at
+	// the first block header at or after spec.stopBit.
+	spec *spec
 }
 
 // NewReader returns a Reader that decodes the gzip stream in r from its
@@ -608,6 +619,9 @@ func (z *Reader) header() error {
 	if err := z.fill(10); err != nil {
 		return err
 	}
+	if z.spec != nil && !z.spec.last && z.inEnd-z.inPos < 10 {
+		return errOutOfInput // more of the stream follows the worker's input
+	}
 	start := z.inBase + int64(z.inPos)
 	if z.inEnd-z.inPos < 10 {
 		if z.inEnd == z.inPos && z.firstMemb {
@@ -685,7 +699,10 @@ func (z *Reader) header() error {
 	z.memberIn = start
 	z.hist = z.op
 	z.pre = nil // a new member refers to nothing before it
-	z.crcOn = true
+	z.crcOn = z.spec == nil
+	if z.spec != nil {
+		z.spec.events = append(z.spec.events, event{kind: evMemberStart, out: z.op, in: start})
+	}
 	z.crc = 0
 	z.isize = 0
 	z.crcPos = z.op
@@ -751,6 +768,9 @@ func (z *Reader) trailer() error {
 	}
 	crc := binary.LittleEndian.Uint32(z.in[z.inPos:])
 	size := binary.LittleEndian.Uint32(z.in[z.inPos+4:])
+	if z.spec != nil {
+		z.spec.events = append(z.spec.events, event{kind: evMemberEnd, out: z.op, crc: crc, size: size})
+	}
 	if z.crcOn && (crc != z.crc || size != z.isize) {
 		return fmt.Errorf("%w: member at %d: checksum mismatch", ErrCorrupt, z.memberIn)
 	}
@@ -807,6 +827,10 @@ func (z *Reader) endBlock() {
 		return
 	}
 	z.state = stBlock
+	if z.spec != nil {
+		z.specBlockEnd()
+		return
+	}
 	out := z.outBase + int64(z.op)
 	if z.opts.Span > 0 && z.opts.OnCheckpoint != nil && out-z.lastCP >= z.opts.Span {
 		bit := z.bitOffset()
@@ -1033,8 +1057,6 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 	out, op := z.out, z.op
 	lit, dist := z.lit, z.dist
 	hist, virt := z.hist, z.virt
-	const litMask = 1<<litPrimaryBits - 1
-	const distMask = 1<<distPrimaryBits - 1
 	save := func() {
 		z.bits, z.nbits, z.inPos, z.op = bits, nbits, inPos, op
 	}
@@ -1057,12 +1079,8 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 				in, inPos, inEnd = z.in, z.inPos, z.inEnd
 			}
 		}
-		e := lit[bits&litMask]
-		if e&flagSub != 0 {
-			bits >>= litPrimaryBits
-			nbits -= litPrimaryBits
-			e = lit[e>>16+uint32(bits)&(1<<(e>>8&0xf)-1)]
-		}
+		var e uint32
+		e, bits, nbits = lookup(lit, bits, nbits, litPrimaryBits)
 		if int32(e) < 0 {
 			bits >>= e & 0xff
 			nbits -= uint(e & 0xff)
@@ -1088,23 +1106,13 @@ func (z *Reader) huffmanCareful(stop int) (again bool, err error) {
 			z.endBlock()
 			return false, nil
 		}
-		length := int(e>>16 + uint32(bits&(1<<(e&0xff)-1))>>(e>>8&0xf))
-		bits >>= e & 0xff
-		nbits -= uint(e & 0xff)
-
-		d := dist[bits&distMask]
-		if d&flagSub != 0 {
-			bits >>= distPrimaryBits
-			nbits -= distPrimaryBits
-			d = dist[d>>16+uint32(bits)&(1<<(d>>8&0xf)-1)]
-		}
-		if d&flagExceptional != 0 {
+		var length, distance int
+		var ok bool
+		length, distance, bits, nbits, ok = match(e, bits, nbits, dist)
+		if !ok {
 			save()
 			return false, z.corrupt("invalid distance code")
 		}
-		distance := int(d>>16 + uint32(bits&(1<<(d&0xff)-1))>>(d>>8&0xf))
-		bits >>= d & 0xff
-		nbits -= uint(d & 0xff)
 		if nbits < virt {
 			save()
 			return false, z.truncated()
