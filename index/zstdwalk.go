@@ -290,37 +290,63 @@ type fwdWriter struct {
 }
 
 // revBits reads the sequences' bit stream backwards from its end marker
-// (RFC 8878 4.1). b must have 8 readable bytes past its length.
+// (RFC 8878 4.1): value holds b[pos:pos+8], the next bits most
+// significant first, of which used are read. A stream shorter than 8
+// bytes is read from small, behind pad zeros.
 type revBits struct {
-	b    []byte
-	left int // bits not read yet
-	bad  bool
+	b     []byte
+	pos   int
+	value uint64
+	used  uint
+	pad   int
+	small [8]byte
 }
 
 func (r *revBits) init(b []byte) error {
 	if len(b) == 0 || b[len(b)-1] == 0 {
 		return fmt.Errorf("%w: sequences bit stream without its end marker", ErrZstdWalk)
 	}
-	r.b = b
-	r.left = 8*len(b) - 1 - bits.LeadingZeros8(b[len(b)-1])
-	r.bad = false
+	r.pad = 0
+	if len(b) < 8 {
+		r.pad = 8 - len(b)
+		r.small = [8]byte{}
+		copy(r.small[r.pad:], b)
+		b = r.small[:]
+	}
+	r.b, r.pos = b, len(b)-8
+	r.value = binary.LittleEndian.Uint64(b[r.pos:])
+	r.used = uint(bits.LeadingZeros8(b[len(b)-1])) + 1
 	return nil
 }
 
-func (r *revBits) read(n uint8) uint32 {
-	if n == 0 {
-		return 0
+// reload moves to the bytes holding the next bits: at least 57 are then
+// unread, as far as the stream has them.
+func (r *revBits) reload() {
+	if k := int(r.used >> 3); r.pos >= k {
+		r.pos -= k
+		r.used &= 7
+	} else {
+		r.used -= uint(r.pos) * 8
+		r.pos = 0
 	}
-	r.left -= int(n)
-	if r.left < 0 {
-		r.bad = true
-		r.left = 0
-		return 0
-	}
-	i := r.left >> 3
-	v := binary.LittleEndian.Uint64(r.b[i : i+8])
-	return uint32(v>>(r.left&7)) & (1<<n - 1)
+	r.value = binary.LittleEndian.Uint64(r.b[r.pos:])
 }
+
+// read returns the next n bits (n <= 32, and reload before running
+// out). Past the start of the stream it reads zeros, and over says so.
+func (r *revBits) read(n uint8) uint32 {
+	v := uint32(r.value << (r.used & 63) >> 1 >> (63 - n))
+	if r.used >= 64 {
+		v = 0
+	}
+	r.used += uint(n)
+	return v
+}
+
+// left is the number of bits not read; negative once over.
+func (r *revBits) left() int { return 8*(r.pos-r.pad) + 64 - int(r.used) }
+
+func (r *revBits) over() bool { return r.left() < 0 }
 
 // zstdState is what the block after a boundary depends on besides the
 // window. Its tables are shared, never changed once built.
@@ -560,76 +586,76 @@ func (w *zstdWalker) compressed(b []byte) (int64, error) {
 // updating the repeat offsets, and returns the sum of the match lengths.
 func (w *zstdWalker) sequences(b []byte, nseq, literals int) (int64, error) {
 	st := &w.at.state
-	// b lies in w.blk, which has 8 spare bytes of capacity.
 	r := &w.stream
 	if err := r.init(b); err != nil {
 		return 0, err
 	}
 	llt, oft, mlt := st.tables[zstdLL], st.tables[zstdOF], st.tables[zstdML]
-	state := func(t *fseTable) uint32 {
-		if t.rle {
-			return 0
-		}
-		return r.read(t.log)
+	llc, ofc, mlc := llt.cells, oft.cells, mlt.cells
+	var lls, ofs, mls uint32
+	if !llt.rle {
+		lls = r.read(llt.log)
 	}
-	lls, ofs, mls := state(llt), state(oft), state(mlt)
+	if !oft.rle {
+		ofs = r.read(oft.log)
+	}
+	if !mlt.rle {
+		mls = r.read(mlt.log)
+	}
 	var matched, lits int64
 	reps := st.reps
 	for i := range nseq {
-		ofc, mlc, llc := oft.cells[ofs].sym, mlt.cells[mls].sym, llt.cells[lls].sym
-		if ofc > 31 || int(mlc) > zstdMaxSymbol[zstdML] || int(llc) > zstdMaxSymbol[zstdLL] {
+		lc, oc, mc := llc[lls&uint32(len(llc)-1)], ofc[ofs&uint32(len(ofc)-1)], mlc[mls&uint32(len(mlc)-1)]
+		if oc.sym > 31 || mc.sym > 52 || lc.sym > 35 {
 			return 0, fmt.Errorf("%w: sequence code out of range", ErrZstdWalk)
 		}
-		ofv := uint32(1)<<ofc + r.read(ofc)
-		mlv := uint32(mlc) + 3
-		if mlc >= 32 {
-			mlv = zstdMLBase[mlc-32] + r.read(zstdMLBits[mlc-32])
+		r.reload()
+		ofv := uint32(1)<<oc.sym + r.read(oc.sym)
+		if oc.sym > 24 {
+			r.reload() // up to 32 bits of lengths follow
 		}
-		llv := uint32(llc)
-		if llc >= 16 {
-			llv = zstdLLBase[llc-16] + r.read(zstdLLBits[llc-16])
+		mlv := uint32(mc.sym) + 3
+		if mc.sym >= 32 {
+			mlv = zstdMLBase[mc.sym-32] + r.read(zstdMLBits[mc.sym-32])
 		}
-		if ofv > 3 {
+		llv := uint32(lc.sym)
+		if lc.sym >= 16 {
+			llv = zstdLLBase[lc.sym-16] + r.read(zstdLLBits[lc.sym-16])
+		}
+		switch {
+		case ofv > 3:
 			reps = [3]uint32{ofv - 3, reps[0], reps[1]}
-		} else {
-			k := ofv
-			if llv == 0 {
-				k++
+		case ofv == 1 && llv != 0:
+		case ofv == 1 || ofv == 2 && llv != 0:
+			reps = [3]uint32{reps[1], reps[0], reps[2]}
+		case ofv == 2 || llv != 0:
+			reps = [3]uint32{reps[2], reps[0], reps[1]}
+		default:
+			if reps[0] <= 1 {
+				return 0, fmt.Errorf("%w: repeat offset of zero", ErrZstdWalk)
 			}
-			switch k {
-			case 2:
-				reps = [3]uint32{reps[1], reps[0], reps[2]}
-			case 3:
-				reps = [3]uint32{reps[2], reps[0], reps[1]}
-			case 4:
-				if reps[0] <= 1 {
-					return 0, fmt.Errorf("%w: repeat offset of zero", ErrZstdWalk)
-				}
-				reps = [3]uint32{reps[0] - 1, reps[0], reps[1]}
-			}
+			reps = [3]uint32{reps[0] - 1, reps[0], reps[1]}
 		}
 		matched += int64(mlv)
 		lits += int64(llv)
 		if i < nseq-1 {
+			r.reload() // 26 bits of states at most
 			if !llt.rle {
-				c := llt.cells[lls]
-				lls = uint32(c.base) + r.read(c.nbBits)
+				lls = uint32(lc.base) + r.read(lc.nbBits)
 			}
 			if !mlt.rle {
-				c := mlt.cells[mls]
-				mls = uint32(c.base) + r.read(c.nbBits)
+				mls = uint32(mc.base) + r.read(mc.nbBits)
 			}
 			if !oft.rle {
-				c := oft.cells[ofs]
-				ofs = uint32(c.base) + r.read(c.nbBits)
+				ofs = uint32(oc.base) + r.read(oc.nbBits)
 			}
 		}
-		if r.bad || matched > zstdMaxBlock || lits > int64(literals) {
+		if r.over() || matched > zstdMaxBlock || lits > int64(literals) {
 			return 0, fmt.Errorf("%w: sequences damaged", ErrZstdWalk)
 		}
 	}
-	if r.left != 0 {
-		return 0, fmt.Errorf("%w: sequences bit stream has %d bits left", ErrZstdWalk, r.left)
+	if n := r.left(); n != 0 {
+		return 0, fmt.Errorf("%w: sequences bit stream has %d bits left", ErrZstdWalk, n)
 	}
 	st.reps = reps
 	return matched, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -90,7 +91,7 @@ func resumeZstdAt(obj []byte, window int64, b zstdBoundary, out []byte, checksum
 	}
 	win := out[max(0, b.out-window):b.out]
 	cr := newCountingReader(bytes.NewReader(obj[b.in:]), b.in)
-	dec, err := q.resume(cr, win)
+	dec, err := q.resume(cr, win, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -281,10 +282,60 @@ func FuzzZstdWalk(f *testing.F) {
 				t.Fatalf("a walked state does not read back: %v", err)
 			}
 			cr := newCountingReader(bytes.NewReader(obj[min(b.in, int64(len(obj))):]), b.in)
-			if dec, err := q.resume(cr, make([]byte, min(b.out, window))); err == nil {
+			if dec, err := q.resume(cr, make([]byte, min(b.out, window)), nil); err == nil {
 				io.Copy(io.Discard, io.LimitReader(dec, 4<<20))
 				dec.Close()
 			}
+		}
+	})
+}
+
+// BenchmarkZstdWalk measures the walker against the stock decoder over
+// one frame: TARMOUNT_BENCH_ZST names a .tar.zst to use (the go
+// dataset's, for one), else a frame of generated data. SetBytes counts
+// the decoded bytes, so the two MB/s compare.
+func BenchmarkZstdWalk(b *testing.B) {
+	var obj []byte
+	if p := os.Getenv("TARMOUNT_BENCH_ZST"); p != "" {
+		var err error
+		if obj, err = os.ReadFile(p); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		obj = klauspostZstd()(b, zstdResumeData(5, 32<<20))
+	}
+	h, window, bounds := walkZstdFrame(b, obj)
+	_ = bounds
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(128<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dec.Close()
+	var size int64
+	if err := dec.Reset(bytes.NewReader(obj)); err != nil {
+		b.Fatal(err)
+	}
+	if size, err = io.Copy(io.Discard, dec); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("walk", func(b *testing.B) {
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			w := newZstdWalker(h.headerLen, window, nil)
+			for rest := obj[h.headerLen:]; len(rest) > 0; rest = rest[min(len(rest), 256<<10):] {
+				if err := w.write(rest[:min(len(rest), 256<<10)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			dec.Reset(bytes.NewReader(obj))
+			io.Copy(io.Discard, dec)
 		}
 	})
 }
