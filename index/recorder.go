@@ -37,6 +37,10 @@ type recorder struct {
 	// live, if set, is told of every checkpoint and digest: they are
 	// added under its lock.
 	live *Live
+	// midPoints: the pass keeps a partial index, so a codec that can
+	// resume inside a span served from the local copy follows what it
+	// needs to (zstdTracker).
+	midPoints bool
 }
 
 type subSpan struct {

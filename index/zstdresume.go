@@ -250,8 +250,8 @@ func (r *resumedFrameReader) Read(p []byte) (int, error) {
 // reading its blocks from cr (at the header of the block after the
 // boundary) and leaving the frame's checksum unread; window is the output
 // before the boundary (at most p.window bytes; fewer only when the frame
-// had not decoded more).
-func (p *zstdResumePoint) resume(cr *countingReader, window []byte) (*zstd.Decoder, error) {
+// had not decoded more); tee, if set, sees the blocks as they are read.
+func (p *zstdResumePoint) resume(cr *countingReader, window []byte, tee func([]byte)) (*zstd.Decoder, error) {
 	if err := p.checkRLE(cr); err != nil {
 		return nil, err
 	}
@@ -268,7 +268,7 @@ func (p *zstdResumePoint) resume(cr *countingReader, window []byte) (*zstd.Decod
 	head = append(head, 0x03, windowDescriptor(p.window))
 	head = binary.LittleEndian.AppendUint32(head, zstdResumeDictID)
 	r := &resumedFrameReader{head: head}
-	r.fr = zstdFrameReader{cr: cr, checksum: false}
+	r.fr = zstdFrameReader{cr: cr, checksum: false, tee: tee}
 	if err := dec.Reset(r); err != nil {
 		dec.Close()
 		return nil, err
