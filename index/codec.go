@@ -105,9 +105,9 @@ var registry = []codec{
 		id:      CodecZstd,
 		name:    "zstd",
 		sniff:   startsWith(magicZstd),
-		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passClosing(newZstdPass(r, rec)) },
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newZstdPass(r, rec)) },
 		resume: func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error) {
-			return passClosing(newZstdPassAt(r, cp, window, rec))
+			return passOf(newZstdPassAt(r, cp, window, rec))
 		},
 		midKind:    kindZstdBlock,
 		decodeSpan: decodeZstdSpan,

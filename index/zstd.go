@@ -217,7 +217,7 @@ func maxFrameSpan(span int64) int64 { return 8 * span }
 // frames too big to decode per read go to the local copy instead. When
 // the pass keeps a partial index (recorder.midPoints), such a frame is
 // followed by a zstdTracker, so that a pass stopped inside it can resume
-// at a block boundary (kindZstdBlock), and a pass resumed there decodes
+// at a block boundary (kindZstdBlock); a pass resumed there decodes
 // the rest of the frame with a dictionary decoder of its own (rdec) and
 // checks the frame's checksum itself.
 type zstdPass struct {
@@ -227,7 +227,6 @@ type zstdPass struct {
 	rdec   *zstd.Decoder // decodes the frame resumed at a block boundary, until its end
 	fr     zstdFrameReader
 	tr     *zstdTracker // follows the current frame (nil: not followed)
-	member int64        // where the latest member starts in the tar stream (memberAt)
 	inData bool         // a data frame is being decoded
 	big    int64        // frames bigger than this are local
 	forced bool         // the next frame start must be a checkpoint
@@ -250,7 +249,6 @@ func newZstdPassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*z
 	z.cr.off, z.frames = int64(cp.In), 1
 	if cp.Kind == kindZstdBlock {
 		if err := z.resumeInFrame(cp, window); err != nil {
-			z.close()
 			z.dec.Close()
 			return nil, err
 		}
@@ -273,7 +271,7 @@ func (z *zstdPass) resumeInFrame(cp Checkpoint, window []byte) error {
 	rec.hash = s.span
 	// The tracker continues the frame's checksum, and its resume
 	// points when the pass keeps a partial index.
-	z.tr = resumedZstdTracker(s.point, cp, s.frameIn, s.frameOut, rec.span, window, rec.midPoints)
+	z.tr = resumedZstdTracker(s.point, cp, s.frameIn, s.frameOut, window, rec, rec.midPoints)
 	if z.rdec, err = s.point.resume(z.cr, window, z.tr.feed); err != nil {
 		return fmt.Errorf("%w: resume zstd frame at %d: %w", ErrCorrupt, cp.In, err)
 	}
@@ -328,10 +326,9 @@ func (z *zstdPass) nextFrame() error {
 			rec.beginTentative(start)
 		}
 		var tee func([]byte)
-		z.close()
 		z.tr = nil
 		if rec.midPoints && (h.contentSize > z.big || h.contentSize < 0) {
-			if z.tr = newZstdTracker(h, zstdWindowSize(b, h), start, rec.out, rec.span); z.tr != nil {
+			if z.tr = newZstdTracker(h, zstdWindowSize(b, h), start, rec); z.tr != nil {
 				tee = z.tr.feed
 			}
 		}
@@ -349,7 +346,6 @@ func (z *zstdPass) endFrame() {
 	rec := z.rec
 	z.end = z.cr.off
 	z.inData = false
-	z.close()
 	z.tr = nil
 	switch {
 	case rec.localSpans:
@@ -433,36 +429,19 @@ func (z *zstdPass) endResumed() error {
 }
 
 // memberAt is told that a member starts at tar offset off (partialLog).
-func (z *zstdPass) memberAt(off int64) { z.member = off }
-
-// midPoint returns a resume point inside the frame being decoded, at a
-// block boundary at or before the latest member start, or false.
-func (z *zstdPass) midPoint() (Checkpoint, bool) {
-	rec := z.rec
-	if z.tr == nil || !rec.localSpans {
-		return Checkpoint{}, false
+func (z *zstdPass) memberAt(off int64) {
+	if z.tr != nil {
+		z.tr.at(off)
 	}
-	// The span hash at a boundary is that of the bytes since the
-	// latest checkpoint, one of the frame's kindLocal spans.
-	spanStart := func(out int64) (int64, bool) {
-		cps := rec.ix.Checkpoints
-		k := len(cps) - 1
-		for k >= 0 && int64(cps[k].Out) > out {
-			k--
-		}
-		if k < 0 || cps[k].Kind != kindLocal || int64(cps[k].Out) < rec.localFrom {
-			return 0, false
-		}
-		return int64(cps[k].Out), true
-	}
-	return z.tr.point(z.member, spanStart, rec.localFrom, rec.localIn)
 }
 
-// close stops the tracker's goroutine, if any.
-func (z *zstdPass) close() {
-	if z.tr != nil {
-		z.tr.stop()
+// midPoint returns a resume point inside the frame being decoded, at the
+// block boundary the tracker chose, or false.
+func (z *zstdPass) midPoint() (Checkpoint, bool) {
+	if z.tr == nil || !z.rec.localSpans {
+		return Checkpoint{}, false
 	}
+	return z.tr.point(z.rec.localFrom, z.rec.localIn)
 }
 
 func (z *zstdPass) finish() (int64, int64, error) {

@@ -2,7 +2,6 @@ package index
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -12,76 +11,82 @@ import (
 // stopped inside it leaves a resume point at a block boundary
 // (kindZstdBlock) rather than none.
 //
-// Walking a block's sequences costs about what decoding it does, so the
-// walker (zstdwalk.go) runs on a goroutine of its own, over copies of the
-// compressed bytes the decoder is handed (at most zstdTrackChunks behind:
-// the pass waits for it beyond that). It lists the boundaries it passes.
-// The pass keeps, on its side, the latest output (a ring of the window
-// plus zstdTrackSlack) and snapshots of the frame's XXH64 every MiB of
-// output. When the pass stops, point waits for the walker and picks the
-// latest boundary at or before the latest member start whose window is
-// still in the ring: the XXH64 and the recorder's span hash there are
-// computed from the ring.
+// Decoding a block's sequences costs about what decoding the block does,
+// so the pass does not: its walker (zstdwalk.go) runs lazily, on the
+// bytes the decoder is handed, and follows only the literals' and
+// sequences' headers (the tables in force). The repeat offsets at a
+// boundary are found when the pass stops, by decoding the sequences of
+// the blocks just before it, kept for that, from unknown offsets
+// (symRep) until the last block's leave none unknown: a few new offsets
+// in a block settle them all.
 //
-// Lock order: mu only (the walker's goroutine appends boundaries under
-// it; the pass reads them).
+// Where a boundary lies in the output needs no decoding either: with
+// concurrency 1, klauspost/compress decodes a block only in a Read that
+// has returned nothing yet, so when the decoder is handed the next
+// block's bytes, the pass has taken all the output before the boundary
+// (rec.out). The frame's XXH64 and the recorder's span hash are taken
+// there; the pass keeps its latest output (the window plus
+// zstdTrackSlack) for the window. It all runs on the pass's goroutine.
 type zstdTracker struct {
 	// Set once.
-	frameIn  int64 // the frame's first byte in the object
-	outBase  int64 // the frame's first output byte in the tar stream
-	window   int64
-	checksum bool
-	feedc    chan []byte   // to the walker's goroutine; nil without one
-	free     chan []byte   // chunk buffers back from it
-	done     chan struct{} // closed when it has returned
+	rec       *recorder
+	frameIn   int64 // the frame's first byte in the object
+	outBase   int64 // the frame's first output byte in the tar stream
+	window    int64
+	checksum  bool
+	w         *zstdWalker
+	startReps [3]uint32 // the repeat offsets where it started following the frame
 
-	mu     sync.Mutex
-	bounds []zstdBoundary // guarded by mu: walked, oldest first
-	failed bool           // guarded by mu: the walker failed
-
-	// The pass's side.
 	skip    int           // frame header bytes still to pass over
-	stopped bool          // feedc is closed
+	blocks  int64         // boundaries walked
+	pending *zstdMark     // the boundary after the block just walked, until its output is taken
+	marks   []zstdMark    // boundaries placed, oldest first: before best, best, after it
+	best    int           // index in marks of the latest at or before the latest member start (-1: none)
 	sum     xxhash.Digest // of the frame's output so far (checksum frames)
-	snaps   []sumSnap     // of sum, oldest first, every zstdSnapBytes
 	recent  recentOutput  // the latest output, at tar stream offsets
-	dead    bool          // no resume points in this frame (recent released)
+	dead    bool          // no resume points in this frame
 }
 
-// sumSnap is the frame's XXH64 state at a tar stream offset.
-type sumSnap struct {
-	off int64
-	sum xxhash.Digest
+// zstdMark is a block boundary of the frame, with the pass's state there
+// and the sequences of the block before it.
+type zstdMark struct {
+	n     int64 // the boundary's number in the frame
+	in    int64 // the next block's header in the object
+	out   int64 // in the tar stream
+	state zstdState
+	seqs  zstdSeqs // of the block before (bits copied); n 0 for none
+	sum   xxhash.Digest
+	span  xxhash.Digest
+	local bool // the recorder cut kindLocal spans there
 }
 
 const (
-	// zstdTrackChunks bounds the chunks queued for the walker.
-	zstdTrackChunks = 8
-	// zstdTrackChunk is their size: the decoder is handed at most that
-	// in one read.
-	zstdTrackChunk = 256 << 10
 	// zstdTrackSlack is how far the output may run past a resume
 	// point's boundary and still find its window: a member whose data
-	// is longer leaves the previous resume point, if any.
+	// is longer leaves no resume point.
 	zstdTrackSlack = 16 << 20
-	// zstdMaxBounds bounds the boundaries listed: the oldest go first
-	// (hostile frames of tiny blocks only lose resume points).
-	zstdMaxBounds = 1 << 14
-	// zstdSnapBytes is the output between snapshots of the frame's XXH64.
-	zstdSnapBytes = 1 << 20
+	// zstdKeepMarks is how many blocks with sequences are kept before
+	// the best boundary and after it (the newest): those whose
+	// sequences settle the repeat offsets.
+	zstdKeepMarks = 16
+	// zstdMaxMarks bounds the boundaries kept after the best one.
+	zstdMaxMarks = 1 << 14
 )
 
 // newZstdTracker starts following the frame at frameIn, whose header h
-// (and window size window) the pass parsed; outBase is its first output
-// byte in the tar stream and span the pass's. It returns nil when the
-// frame cannot be resumed inside. Its goroutine runs until stop.
-func newZstdTracker(h zstdFrame, window, frameIn, outBase, span int64) *zstdTracker {
+// (and window size window) the pass parsed, for the recorder rec (its
+// output stands at the frame's start). It returns nil when the frame
+// cannot be resumed inside.
+func newZstdTracker(h zstdFrame, window, frameIn int64, rec *recorder) *zstdTracker {
 	if window <= 0 || window > zstdMaxResumeWindow {
 		return nil
 	}
-	t := &zstdTracker{skip: h.headerLen, frameIn: frameIn, outBase: outBase, window: window, checksum: h.checksum}
+	t := &zstdTracker{rec: rec, skip: h.headerLen, frameIn: frameIn, outBase: rec.out, window: window, checksum: h.checksum,
+		best: -1, startReps: [3]uint32{1, 4, 8}}
 	t.sum.Reset()
-	t.start(newZstdWalker(h.headerLen, window, t.bound), span)
+	t.w = newZstdWalker(h.headerLen, window, t.bound)
+	t.w.lazy = true
+	t.recent = recentOutput{size: int(t.window + max(zstdTrackSlack, 2*rec.span))}
 	return t
 }
 
@@ -89,9 +94,10 @@ func newZstdTracker(h zstdFrame, window, frameIn, outBase, span int64) *zstdTrac
 // object, its output at frameOut in the tar stream) from a resume point:
 // the walker from its state, the checksum from its digest, the window
 // ring from window. Without points (the pass keeps no partial index), it
-// only continues the checksum, and runs no goroutine.
-func resumedZstdTracker(p *zstdResumePoint, cp Checkpoint, frameIn, frameOut, span int64, window []byte, points bool) *zstdTracker {
-	t := &zstdTracker{frameIn: frameIn, outBase: frameOut, window: p.window, checksum: p.checksum}
+// only continues the checksum.
+func resumedZstdTracker(p *zstdResumePoint, cp Checkpoint, frameIn, frameOut int64, window []byte, rec *recorder, points bool) *zstdTracker {
+	t := &zstdTracker{rec: rec, frameIn: frameIn, outBase: frameOut, window: p.window, checksum: p.checksum, best: -1,
+		startReps: p.state.reps}
 	t.sum.Reset()
 	if p.checksum {
 		t.sum.UnmarshalBinary(p.sum) // checked by unmarshalZstdResumePoint
@@ -100,84 +106,67 @@ func resumedZstdTracker(p *zstdResumePoint, cp Checkpoint, frameIn, frameOut, sp
 		t.dead = true
 		return t
 	}
-	w := newZstdWalker(0, p.window, t.bound)
-	w.at = zstdBoundary{in: int64(cp.In) - frameIn, out: int64(cp.Out) - frameOut, state: p.state}
-	t.start(w, span)
+	t.w = newZstdWalker(0, p.window, t.bound)
+	t.w.lazy = true
+	t.w.at = zstdBoundary{in: int64(cp.In) - frameIn, out: int64(cp.Out) - frameOut, state: p.state}
+	t.recent = recentOutput{size: int(t.window + max(zstdTrackSlack, 2*rec.span))}
 	t.recent.write(window, int64(cp.Out)-int64(len(window)))
-	t.snaps = append(t.snaps, sumSnap{int64(cp.Out), t.sum})
 	return t
-}
-
-// start runs the walker w on a goroutine of its own.
-func (t *zstdTracker) start(w *zstdWalker, span int64) {
-	t.recent = recentOutput{size: int(t.window + max(zstdTrackSlack, 2*span))}
-	t.feedc = make(chan []byte, zstdTrackChunks)
-	t.free = make(chan []byte, zstdTrackChunks+1)
-	t.done = make(chan struct{})
-	go func() {
-		defer close(t.done)
-		ok := true
-		for b := range t.feedc {
-			if ok && w.write(b) != nil {
-				ok = false
-				t.mu.Lock()
-				t.failed = true
-				t.mu.Unlock()
-			}
-			select {
-			case t.free <- b[:0]:
-			default:
-			}
-		}
-	}()
-}
-
-// bound is told of each boundary the walker passes, on its goroutine.
-func (t *zstdTracker) bound(b zstdBoundary) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.bounds) >= zstdMaxBounds {
-		t.bounds = append(t.bounds[:0], t.bounds[len(t.bounds)/2:]...)
-	}
-	t.bounds = append(t.bounds, b)
 }
 
 // feed takes the frame's next bytes as the decoder is handed them.
 func (t *zstdTracker) feed(p []byte) {
+	if t.dead {
+		return
+	}
+	if t.pending != nil {
+		// The decoder reads the next block: the output before it is
+		// all taken.
+		m := t.pending
+		t.pending = nil
+		m.out, m.sum, m.span, m.local = t.rec.out, t.sum, t.rec.hash, t.rec.localSpans
+		t.place(*m)
+	}
 	if t.skip > 0 {
 		k := min(t.skip, len(p))
 		t.skip -= k
 		p = p[k:]
 	}
-	for len(p) > 0 && !t.stopped && !t.dead {
-		var b []byte
-		select {
-		case b = <-t.free:
-		default:
-			b = make([]byte, 0, zstdTrackChunk)
-		}
-		k := min(len(p), zstdTrackChunk)
-		t.feedc <- append(b, p[:k]...)
-		p = p[k:]
+	if len(p) > 0 && t.w.write(p) != nil {
+		t.dead = true // the marks placed stand
 	}
 }
 
-// stop ends the walker's goroutine, once it has walked what it was fed,
-// and waits for it. It is idempotent; only the pass calls it.
-func (t *zstdTracker) stop() {
-	if t.feedc != nil && !t.stopped {
-		t.stopped = true
-		close(t.feedc)
-		<-t.done
+// bound is told of each boundary the walker passes (but the last).
+func (t *zstdTracker) bound(b zstdBoundary) {
+	t.blocks++
+	seqs := t.w.seq
+	seqs.bits = append([]byte(nil), seqs.bits...)
+	t.pending = &zstdMark{n: t.blocks, in: t.frameIn + b.in, state: b.state, seqs: seqs}
+}
+
+// place adds a boundary. After the best one, it keeps those of the last
+// zstdKeepMarks blocks with sequences (and the ones without between
+// them), at most zstdMaxMarks.
+func (t *zstdTracker) place(m zstdMark) {
+	t.marks = append(t.marks, m)
+	seqs := 0
+	for _, m := range t.marks[t.best+1:] {
+		if m.seqs.n > 0 {
+			seqs++
+		}
+	}
+	for seqs > zstdKeepMarks || len(t.marks)-(t.best+1) > zstdMaxMarks {
+		if t.marks[t.best+1].seqs.n > 0 {
+			seqs--
+		}
+		t.marks = append(t.marks[:t.best+1], t.marks[t.best+2:]...)
 	}
 }
 
 // output takes the frame's output p at tar stream offset at.
 func (t *zstdTracker) output(p []byte, at int64) {
 	if t.checksum {
-		if !t.dead && (len(t.snaps) == 0 || at-t.snaps[len(t.snaps)-1].off >= zstdSnapBytes) {
-			t.snapshot(at)
-		}
 		t.sum.Write(p)
 	}
 	if !t.dead {
@@ -185,76 +174,58 @@ func (t *zstdTracker) output(p []byte, at int64) {
 	}
 }
 
-// snapshot keeps the XXH64 state at at, dropping the ones whose bytes
-// to a later point the ring no longer holds.
-func (t *zstdTracker) snapshot(at int64) {
-	k := 0
-	for k+1 < len(t.snaps) && t.snaps[k+1].off <= t.recent.start {
+// at is told that a member starts at tar stream offset off: the latest
+// boundary at or before it becomes the best, and the ones kept before it
+// are those of the zstdKeepMarks blocks with sequences before it (and
+// the ones without between them).
+func (t *zstdTracker) at(off int64) {
+	k := t.best
+	for k+1 < len(t.marks) && t.marks[k+1].out <= off {
 		k++
 	}
-	t.snaps = append(t.snaps[:0], t.snaps[k:]...)
-	t.snaps = append(t.snaps, sumSnap{at, t.sum})
+	if k < 0 {
+		return
+	}
+	drop, seqs := k, 0
+	for drop > 0 && seqs < zstdKeepMarks {
+		if t.marks[drop].seqs.n > 0 {
+			seqs++
+		}
+		drop--
+	}
+	t.marks = append(t.marks[:0], t.marks[drop:]...)
+	t.best = k - drop
 }
 
-// point returns the resume point at the latest boundary at or before off
-// (a member start) whose window the ring holds: its checkpoint (window
-// and pass state included), or false. spanStart returns the offset the
-// recorder's span hash starts at, for a boundary at out (false: none
-// that the ring can give). It stops the walker.
-func (t *zstdTracker) point(off int64, spanStart func(out int64) (int64, bool), localFrom, localIn int64) (Checkpoint, bool) {
-	t.stop()
-	if t.dead || t.feedc == nil {
+// point returns the resume point at the best boundary: its checkpoint
+// (window and pass state included), or false when there is none, its
+// window is no longer held or the blocks kept before it do not settle its
+// repeat offsets.
+func (t *zstdTracker) point(localFrom, localIn int64) (Checkpoint, bool) {
+	if t.dead || t.best < 0 {
 		return Checkpoint{}, false
 	}
-	t.mu.Lock()
-	bounds, failed := t.bounds, t.failed
-	t.mu.Unlock()
-	_ = failed // boundaries listed before the walker failed stand
-	for i := len(bounds) - 1; i >= 0; i-- {
-		b := bounds[i]
-		out := t.outBase + b.out
-		if out > off {
-			continue
-		}
-		n := min(t.window, b.out)
-		from, ok := spanStart(out)
-		if !ok || n > 0 && !t.recent.holds(out-n, n) || out > from && !t.recent.holds(from, out-from) {
-			return Checkpoint{}, false // older ones are further back
-		}
-		cp, ok := t.checkpoint(b, out, n, from, localFrom, localIn)
-		if ok {
-			return cp, true
-		}
+	m := t.marks[t.best]
+	n := min(t.window, m.out-t.outBase)
+	if !m.local || n > 0 && !t.recent.holds(m.out-n, n) {
+		return Checkpoint{}, false
 	}
-	return Checkpoint{}, false
-}
-
-// checkpoint makes the resume point at boundary b (at tar offset out),
-// whose window is the n bytes before it and whose span began at from.
-func (t *zstdTracker) checkpoint(b zstdBoundary, out, n, from, localFrom, localIn int64) (Checkpoint, bool) {
-	p := &zstdResumePoint{window: t.window, checksum: t.checksum, state: b.state}
+	reps, ok := t.reps(t.best)
+	if !ok {
+		return Checkpoint{}, false
+	}
+	p := &zstdResumePoint{window: t.window, checksum: t.checksum, state: m.state}
+	p.state.reps = reps
 	if t.checksum {
-		k := len(t.snaps) - 1
-		for k >= 0 && t.snaps[k].off > out {
-			k--
-		}
-		if k < 0 || out > t.snaps[k].off && !t.recent.holds(t.snaps[k].off, out-t.snaps[k].off) {
-			return Checkpoint{}, false
-		}
-		sum := t.snaps[k].sum
-		t.hashRing(&sum, t.snaps[k].off, out)
-		p.sum, _ = sum.MarshalBinary()
+		p.sum, _ = m.sum.MarshalBinary()
 	}
-	var span xxhash.Digest
-	span.Reset()
-	t.hashRing(&span, from, out)
 	win := make([]byte, n)
-	t.recent.readAt(win, out-n)
+	t.recent.readAt(win, m.out-n)
 	cw, err := compressWindow(win)
 	if err != nil {
 		return Checkpoint{}, false
 	}
-	spanState, _ := span.MarshalBinary()
+	spanState, _ := m.span.MarshalBinary()
 	e := &encoder{}
 	e.raw(string(p.marshal()))
 	e.raw(string(spanState))
@@ -262,19 +233,42 @@ func (t *zstdTracker) checkpoint(b zstdBoundary, out, n, from, localFrom, localI
 	e.uvarint(uint64(t.outBase))
 	e.uvarint(uint64(localFrom))
 	e.uvarint(uint64(localIn))
-	return Checkpoint{Kind: kindZstdBlock, In: CompressedOffset(t.frameIn + b.in), Out: UncompressedOffset(out),
-		window: cw, pass: e.buf}, true
+	return Checkpoint{Kind: kindZstdBlock, In: CompressedOffset(m.in), Out: UncompressedOffset(m.out), window: cw, pass: e.buf}, true
 }
 
-// hashRing writes the ring's bytes [from, to) to d.
-func (t *zstdTracker) hashRing(d *xxhash.Digest, from, to int64) {
-	var buf [64 << 10]byte
-	for from < to {
-		n := min(int64(len(buf)), to-from)
-		t.recent.readAt(buf[:n], from)
-		d.Write(buf[:n])
-		from += n
+// reps finds the repeat offsets at marks[i]: the sequences of the blocks
+// before it, from the earliest kept in a row, decoded from unknown
+// offsets, leave none unknown; or from the frame's start, whose offsets
+// are known (1, 4, 8).
+func (t *zstdTracker) reps(i int) ([3]uint32, bool) {
+	var r revBits
+	for from := i; from >= 0 && (from == i || t.marks[from].n == t.marks[from+1].n-1); from-- {
+		if t.marks[from].seqs.n == 0 && t.marks[from].n != 1 {
+			continue // changes nothing: look further back
+		}
+		reps := [3]symRep{{0, 0}, {1, 0}, {2, 0}}
+		if t.marks[from].n == 1 {
+			// The first block since it started following the frame.
+			reps = [3]symRep{{-1, t.startReps[0]}, {-1, t.startReps[1]}, {-1, t.startReps[2]}}
+		}
+		ok := true
+		for j := from; j <= i; j++ {
+			if _, err := t.marks[j].seqs.decode(&r, &reps); err != nil {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			return [3]uint32{}, false
+		}
+		if reps[0].base < 0 && reps[1].base < 0 && reps[2].base < 0 {
+			if reps[0].v == 0 || reps[1].v == 0 || reps[2].v == 0 {
+				return [3]uint32{}, false
+			}
+			return [3]uint32{reps[0].v, reps[1].v, reps[2].v}, true
+		}
 	}
+	return [3]uint32{}, false
 }
 
 // zstdBlockState is what a kindZstdBlock checkpoint's pass state holds

@@ -91,13 +91,25 @@ func mustFSE(log uint8, norm []int16) *fseTable {
 // newFSETable builds the decoding table of a distribution whose counts
 // sum to 1<<log (RFC 8878 4.1.1).
 func newFSETable(log uint8, norm []int16) (*fseTable, error) {
-	size := 1 << log
-	t := &fseTable{log: log, norm: norm, cells: make([]fseCell, size)}
-	next := make([]uint16, len(norm))
+	t := &fseTable{log: log, norm: norm}
+	if err := t.build(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// build makes t's decoding table, if it has none yet.
+func (t *fseTable) build() error {
+	if t.cells != nil {
+		return nil
+	}
+	size := 1 << t.log
+	cells := make([]fseCell, size)
+	next := make([]uint16, len(t.norm))
 	high := size - 1
-	for s, c := range norm {
+	for s, c := range t.norm {
 		if c == -1 {
-			t.cells[high].sym = uint8(s)
+			cells[high].sym = uint8(s)
 			high--
 			next[s] = 1
 		} else {
@@ -106,9 +118,9 @@ func newFSETable(log uint8, norm []int16) (*fseTable, error) {
 	}
 	step := size>>1 + size>>3 + 3
 	pos := 0
-	for s, c := range norm {
+	for s, c := range t.norm {
 		for range max(c, 0) {
-			t.cells[pos].sym = uint8(s)
+			cells[pos].sym = uint8(s)
 			pos = (pos + step) & (size - 1)
 			for pos > high {
 				pos = (pos + step) & (size - 1)
@@ -116,19 +128,20 @@ func newFSETable(log uint8, norm []int16) (*fseTable, error) {
 		}
 	}
 	if pos != 0 {
-		return nil, fmt.Errorf("%w: FSE distribution does not fill its table", ErrZstdWalk)
+		return fmt.Errorf("%w: FSE distribution does not fill its table", ErrZstdWalk)
 	}
-	for u := range t.cells {
-		c := &t.cells[u]
+	for u := range cells {
+		c := &cells[u]
 		n := next[c.sym]
 		next[c.sym]++
 		if n == 0 {
-			return nil, fmt.Errorf("%w: FSE symbol without probability", ErrZstdWalk)
+			return fmt.Errorf("%w: FSE symbol without probability", ErrZstdWalk)
 		}
-		c.nbBits = log - uint8(bits.Len16(n)-1)
+		c.nbBits = t.log - uint8(bits.Len16(n)-1)
 		c.base = n<<c.nbBits - uint16(size)
 	}
-	return t, nil
+	t.cells = cells
+	return nil
 }
 
 // rleTable returns the table of RLE mode: symbol sym in every state.
@@ -381,6 +394,12 @@ type zstdWalker struct {
 	// says one of them repeated an RLE table (resume checks it).
 	seqBlocks   int
 	rleRepeated bool
+	// lazy: the sequences are not decoded (the pass's tracker decodes
+	// those it needs later, zstdSeqs): the boundaries' repeat offsets and
+	// decoded sizes are unknown, and seq holds the last block's
+	// sequences (nil: none), in blk.
+	lazy bool
+	seq  zstdSeqs
 	// sequence decoding scratch
 	stream revBits
 }
@@ -424,6 +443,7 @@ func (w *zstdWalker) block() error {
 	h := uint32(w.blk[0]) | uint32(w.blk[1])<<8 | uint32(w.blk[2])<<16
 	size := int64(h >> 3)
 	var out int64
+	w.seq = zstdSeqs{}
 	switch (h >> 1) & 3 {
 	case 0, 1: // raw, RLE
 		out = size
@@ -434,7 +454,7 @@ func (w *zstdWalker) block() error {
 		}
 		out = n
 	}
-	if out > zstdMaxBlock || out > w.window && w.window > 0 {
+	if !w.lazy && (out > zstdMaxBlock || out > w.window && w.window > 0) {
 		return fmt.Errorf("%w: block at %d decodes to %d bytes", ErrZstdWalk, w.at.in, out)
 	}
 	w.at.in += int64(len(w.blk))
@@ -453,6 +473,7 @@ func (w *zstdWalker) block() error {
 // compressed walks a compressed block's body and returns its decoded size.
 func (w *zstdWalker) compressed(b []byte) (int64, error) {
 	st := &w.at.state
+	w.seq = zstdSeqs{}
 	if len(b) < 1 {
 		return 0, fmt.Errorf("%w: empty compressed block", ErrZstdWalk)
 	}
@@ -562,11 +583,7 @@ func (w *zstdWalker) compressed(b []byte) (int64, error) {
 			if err != nil {
 				return 0, err
 			}
-			t, err := newFSETable(log, norm)
-			if err != nil {
-				return 0, err
-			}
-			st.tables[i] = t
+			st.tables[i] = &fseTable{log: log, norm: norm} // built when decoded
 			b = b[n:]
 		case 3:
 			if st.tables[i] == nil {
@@ -575,22 +592,53 @@ func (w *zstdWalker) compressed(b []byte) (int64, error) {
 			w.rleRepeated = w.rleRepeated || st.tables[i].rle
 		}
 	}
-	ml, err := w.sequences(b, nseq, regen)
+	w.seq = zstdSeqs{bits: b, n: nseq, literals: regen, tables: st.tables}
+	if w.lazy {
+		return int64(regen), nil
+	}
+	reps := [3]symRep{{-1, st.reps[0]}, {-1, st.reps[1]}, {-1, st.reps[2]}}
+	ml, err := w.seq.decode(&w.stream, &reps)
 	if err != nil {
 		return 0, err
 	}
+	st.reps = [3]uint32{reps[0].v, reps[1].v, reps[2].v}
 	return int64(regen) + ml, nil
 }
 
-// sequences decodes the bit stream b of nseq sequences (RFC 8878 4.1),
-// updating the repeat offsets, and returns the sum of the match lengths.
-func (w *zstdWalker) sequences(b []byte, nseq, literals int) (int64, error) {
-	st := &w.at.state
-	r := &w.stream
-	if err := r.init(b); err != nil {
+// zstdSeqs is the sequences section of a compressed block: its bit
+// stream, the number of sequences, the literals' size and the tables in
+// force for them.
+type zstdSeqs struct {
+	bits     []byte
+	n        int
+	literals int
+	tables   [3]*fseTable
+}
+
+// symRep is a repeat offset: the value v (base < 0), or v less than the
+// initial repeat offset number base, when decoding started without
+// knowing them (zstdTracker resolves the repeat offsets at a boundary
+// from the blocks before it).
+type symRep struct {
+	base int8
+	v    uint32
+}
+
+// decode decodes the sequences (RFC 8878 4.1) with r, updating reps, and
+// returns the sum of the match lengths.
+func (q *zstdSeqs) decode(r *revBits, reps *[3]symRep) (int64, error) {
+	if q.n == 0 {
+		return 0, nil
+	}
+	if err := r.init(q.bits); err != nil {
 		return 0, err
 	}
-	llt, oft, mlt := st.tables[zstdLL], st.tables[zstdOF], st.tables[zstdML]
+	llt, oft, mlt := q.tables[zstdLL], q.tables[zstdOF], q.tables[zstdML]
+	for _, t := range []*fseTable{llt, oft, mlt} {
+		if err := t.build(); err != nil {
+			return 0, err
+		}
+	}
 	llc, ofc, mlc := llt.cells, oft.cells, mlt.cells
 	var lls, ofs, mls uint32
 	if !llt.rle {
@@ -603,8 +651,8 @@ func (w *zstdWalker) sequences(b []byte, nseq, literals int) (int64, error) {
 		mls = r.read(mlt.log)
 	}
 	var matched, lits int64
-	reps := st.reps
-	for i := range nseq {
+	rp := *reps
+	for i := range q.n {
 		lc, oc, mc := llc[lls&uint32(len(llc)-1)], ofc[ofs&uint32(len(ofc)-1)], mlc[mls&uint32(len(mlc)-1)]
 		if oc.sym > 31 || mc.sym > 52 || lc.sym > 35 {
 			return 0, fmt.Errorf("%w: sequence code out of range", ErrZstdWalk)
@@ -624,21 +672,27 @@ func (w *zstdWalker) sequences(b []byte, nseq, literals int) (int64, error) {
 		}
 		switch {
 		case ofv > 3:
-			reps = [3]uint32{ofv - 3, reps[0], reps[1]}
+			rp = [3]symRep{{-1, ofv - 3}, rp[0], rp[1]}
 		case ofv == 1 && llv != 0:
 		case ofv == 1 || ofv == 2 && llv != 0:
-			reps = [3]uint32{reps[1], reps[0], reps[2]}
+			rp = [3]symRep{rp[1], rp[0], rp[2]}
 		case ofv == 2 || llv != 0:
-			reps = [3]uint32{reps[2], reps[0], reps[1]}
+			rp = [3]symRep{rp[2], rp[0], rp[1]}
 		default:
-			if reps[0] <= 1 {
+			n := rp[0]
+			switch {
+			case n.base >= 0:
+				n.v++ // one less than it
+			case n.v <= 1:
 				return 0, fmt.Errorf("%w: repeat offset of zero", ErrZstdWalk)
+			default:
+				n.v--
 			}
-			reps = [3]uint32{reps[0] - 1, reps[0], reps[1]}
+			rp = [3]symRep{n, rp[0], rp[1]}
 		}
 		matched += int64(mlv)
 		lits += int64(llv)
-		if i < nseq-1 {
+		if i < q.n-1 {
 			r.reload() // 26 bits of states at most
 			if !llt.rle {
 				lls = uint32(lc.base) + r.read(lc.nbBits)
@@ -650,13 +704,13 @@ func (w *zstdWalker) sequences(b []byte, nseq, literals int) (int64, error) {
 				ofs = uint32(oc.base) + r.read(oc.nbBits)
 			}
 		}
-		if r.over() || matched > zstdMaxBlock || lits > int64(literals) {
+		if r.over() || matched > zstdMaxBlock || lits > int64(q.literals) {
 			return 0, fmt.Errorf("%w: sequences damaged", ErrZstdWalk)
 		}
 	}
 	if n := r.left(); n != 0 {
 		return 0, fmt.Errorf("%w: sequences bit stream has %d bits left", ErrZstdWalk, n)
 	}
-	st.reps = reps
+	*reps = rp
 	return matched, nil
 }

@@ -290,8 +290,8 @@ func FuzzZstdWalk(f *testing.F) {
 	})
 }
 
-// BenchmarkZstdWalk measures the walker against the stock decoder over
-// one frame: TARMOUNT_BENCH_ZST names a .tar.zst to use (the go
+// BenchmarkZstdWalk measures the walker, with and without decoding the
+// sequences, against the stock decoder over one frame: TARMOUNT_BENCH_ZST names a .tar.zst to use (the go
 // dataset's, for one), else a frame of generated data. SetBytes counts
 // the decoded bytes, so the two MB/s compare.
 func BenchmarkZstdWalk(b *testing.B) {
@@ -330,6 +330,18 @@ func BenchmarkZstdWalk(b *testing.B) {
 			}
 		}
 	})
+	b.Run("headers", func(b *testing.B) {
+		// What the pass's tracker walks: the sequences are not decoded.
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			w := newZstdWalker(h.headerLen, window, nil)
+			w.lazy = true
+			if err := w.write(obj[h.headerLen:]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("decode", func(b *testing.B) {
 		b.SetBytes(size)
 		b.ReportAllocs()
@@ -338,4 +350,64 @@ func BenchmarkZstdWalk(b *testing.B) {
 			io.Copy(io.Discard, dec)
 		}
 	})
+}
+
+// TestZstdRepsSettle: the repeat offsets at a boundary, found as the
+// pass's tracker finds them (the sequences of the blocks just before it
+// decoded from unknown offsets), equal those of a walk from the frame's
+// start, and are found at almost every boundary.
+func TestZstdRepsSettle(t *testing.T) {
+	raw := zstdResumeData(6, 4<<20)
+	for _, tt := range []struct {
+		name string
+		make func(testing.TB, []byte) []byte
+	}{
+		{"cli-3", cli("zstd", "-3")},
+		{"cli-19", cli("zstd", "-19")},
+		{"klauspost-default", klauspostZstd()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := tt.make(t, raw)
+			h, window, want := walkZstdFrame(t, obj)
+			var seqs []zstdSeqs
+			w := newZstdWalker(h.headerLen, window, nil)
+			w.lazy = true
+			w.onBound = func(zstdBoundary) {
+				s := w.seq
+				s.bits = append([]byte(nil), s.bits...)
+				seqs = append(seqs, s)
+			}
+			if err := w.write(obj[h.headerLen:]); err != nil {
+				t.Fatal(err)
+			}
+			if len(seqs) != len(want) {
+				t.Fatalf("lazy walk: got %d boundaries, want %d", len(seqs), len(want))
+			}
+			settled := 0
+			for i := range seqs {
+				var r revBits
+				for from := i; from >= max(0, i-zstdKeepMarks); from-- {
+					reps := [3]symRep{{0, 0}, {1, 0}, {2, 0}}
+					ok := true
+					for j := from; j <= i && ok; j++ {
+						_, err := seqs[j].decode(&r, &reps)
+						ok = err == nil
+					}
+					if !ok {
+						t.Fatalf("boundary %d: the blocks from %d do not decode", i, from)
+					}
+					if reps[0].base < 0 && reps[1].base < 0 && reps[2].base < 0 {
+						if got := [3]uint32{reps[0].v, reps[1].v, reps[2].v}; got != want[i].state.reps {
+							t.Fatalf("boundary %d: got repeat offsets %v from block %d on, want %v", i, got, from, want[i].state.reps)
+						}
+						settled++
+						break
+					}
+				}
+			}
+			if settled < len(seqs)*9/10 {
+				t.Errorf("settled %d of %d boundaries, want nearly all", settled, len(seqs))
+			}
+		})
+	}
 }
