@@ -40,6 +40,7 @@ type zstdTracker struct {
 	skip    int           // frame header bytes still to pass over
 	blocks  int64         // boundaries walked
 	pending *zstdMark     // the boundary after the block just walked, until its output is taken
+	lastOut int64         // where the latest boundary placed lies in the tar stream
 	marks   []zstdMark    // boundaries placed, oldest first: before best, best, after it
 	best    int           // index in marks of the latest at or before the latest member start (-1: none)
 	sum     xxhash.Digest // of the frame's output so far (checksum frames)
@@ -57,7 +58,8 @@ type zstdMark struct {
 	seqs  zstdSeqs // of the block before (bits copied); n 0 for none
 	sum   xxhash.Digest
 	span  xxhash.Digest
-	local bool // the recorder cut kindLocal spans there
+	local bool  // the recorder cut kindLocal spans there
+	raw   int64 // the block before decoded to that many bytes, raw or RLE (-1: compressed)
 }
 
 const (
@@ -84,6 +86,7 @@ func newZstdTracker(h zstdFrame, window, frameIn int64, rec *recorder) *zstdTrac
 	t := &zstdTracker{rec: rec, skip: h.headerLen, frameIn: frameIn, outBase: rec.out, window: window, checksum: h.checksum,
 		best: -1, startReps: [3]uint32{1, 4, 8}}
 	t.sum.Reset()
+	t.lastOut = rec.out
 	t.w = newZstdWalker(h.headerLen, window, t.bound)
 	t.w.lazy = true
 	t.recent = recentOutput{size: int(t.window + max(zstdTrackSlack, 2*rec.span))}
@@ -106,6 +109,7 @@ func resumedZstdTracker(p *zstdResumePoint, cp Checkpoint, frameIn, frameOut int
 		t.dead = true
 		return t
 	}
+	t.lastOut = int64(cp.Out)
 	t.w = newZstdWalker(0, p.window, t.bound)
 	t.w.lazy = true
 	t.w.at = zstdBoundary{in: int64(cp.In) - frameIn, out: int64(cp.Out) - frameOut, state: p.state}
@@ -125,6 +129,13 @@ func (t *zstdTracker) feed(p []byte) {
 		m := t.pending
 		t.pending = nil
 		m.out, m.sum, m.span, m.local = t.rec.out, t.sum, t.rec.hash, t.rec.localSpans
+		// What the block decoded to must agree with what the walker
+		// saw of it: else the decoder does not work as this relies on.
+		if n := m.out - t.lastOut; n > zstdMaxBlock || m.raw >= 0 && n != m.raw || m.seqs.literals > int(n) {
+			t.dead = true
+			return
+		}
+		t.lastOut = m.out
 		t.place(*m)
 	}
 	if t.skip > 0 {
@@ -142,7 +153,7 @@ func (t *zstdTracker) bound(b zstdBoundary) {
 	t.blocks++
 	seqs := t.w.seq
 	seqs.bits = append([]byte(nil), seqs.bits...)
-	t.pending = &zstdMark{n: t.blocks, in: t.frameIn + b.in, state: b.state, seqs: seqs}
+	t.pending = &zstdMark{n: t.blocks, in: t.frameIn + b.in, state: b.state, seqs: seqs, raw: t.w.raw}
 }
 
 // place adds a boundary. After the best one, it keeps those of the last

@@ -400,6 +400,7 @@ type zstdWalker struct {
 	// sequences (nil: none), in blk.
 	lazy bool
 	seq  zstdSeqs
+	raw  int64 // the last block's decoded size when raw or RLE, else -1
 	// sequence decoding scratch
 	stream revBits
 }
@@ -444,6 +445,10 @@ func (w *zstdWalker) block() error {
 	size := int64(h >> 3)
 	var out int64
 	w.seq = zstdSeqs{}
+	w.raw = -1
+	if (h>>1)&3 < 2 {
+		w.raw = size
+	}
 	switch (h >> 1) & 3 {
 	case 0, 1: // raw, RLE
 		out = size
