@@ -252,8 +252,11 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	if err != nil {
 		if kept != nil && ctx.Err() != nil {
 			// Stopped: a pass resumed inside a stream-only span
-			// writes on into what this one wrote.
-			kept.keep()
+			// writes on into what this one wrote, if its partial
+			// index says it will.
+			if p, err := index.LoadPartial(partial, a.Identity()); err == nil && p.LocalBefore() > 0 {
+				kept.keep()
+			}
 		}
 		return nil, err
 	}
