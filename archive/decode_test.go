@@ -419,9 +419,15 @@ func TestDecodePassStops(t *testing.T) {
 				}
 				a.Close()
 			}
+			// A copy kept for the partial index of the stopped pass
+			// (which resumes inside the frame) may stay; no other.
 			left, _ := filepath.Glob(filepath.Join(opts.CacheDir, "decoded", "*"))
-			if len(left) != 0 {
-				t.Errorf("got %q in the decoded copies, want none", left)
+			partials, _ := filepath.Glob(filepath.Join(opts.CacheDir, "indexes", "*.partial"))
+			for _, f := range left {
+				if !strings.HasSuffix(f, ".kept.tar") || len(partials) == 0 {
+					t.Errorf("got %q in the decoded copies, want none but one kept for a partial index (%q)", left, partials)
+					break
+				}
 			}
 		})
 	}

@@ -212,6 +212,65 @@ func (w *decodedWriter) commit(size int64) error {
 	return err
 }
 
+// keptPath names the decoded copy that a stopped pass keeps beside its
+// partial index: the next pass, resumed inside a stream-only span,
+// writes on into it (index.Partial.LocalBefore). It ends in .tar, so the
+// bound on decoded copies counts it and may remove it.
+func keptPath(path string) string { return strings.TrimSuffix(path, ".tar") + ".kept.tar" }
+
+// keep renames the copy written so far to keptPath, for the next pass to
+// go on with; without a copy it removes any kept one.
+func (w *decodedWriter) keep() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		os.Remove(keptPath(w.path))
+		return
+	}
+	w.f.Close()
+	if err := os.Rename(w.f.Name(), keptPath(w.path)); err != nil {
+		os.Remove(w.f.Name())
+	}
+	w.f = nil
+}
+
+// adopt makes the copy that a stopped pass kept (keep) the one this
+// writer goes on with, holding the bytes before before; it reports false
+// (and removes it) when there is none. It is called before the first
+// write. The span digests check every byte read from it later.
+func (w *decodedWriter) adopt(before int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kept := keptPath(w.path)
+	if w.f != nil {
+		return false
+	}
+	f, err := os.OpenFile(kept, os.O_RDWR, 0)
+	if err != nil {
+		os.Remove(kept)
+		return false
+	}
+	// Zeros at the end of what it wrote are holes past its size.
+	st, err := f.Stat()
+	if err == nil && st.Size() < before {
+		err = f.Truncate(before)
+	}
+	var ro *os.File
+	if err == nil {
+		ro, err = os.Open(kept)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(kept)
+		return false
+	}
+	w.f, w.ro = f, ro
+	w.budget = w.limit - usedBy(filepath.Dir(w.path), kept)
+	w.grown = before
+	w.notifyLocked()
+	return true
+}
+
 // discard removes the temporary file, if any.
 func (w *decodedWriter) discard() {
 	w.mu.Lock()

@@ -197,6 +197,22 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	default:
 		resume = nil
 	}
+	// A pass resumed inside a stream-only span writes on into the
+	// decoded copy the stopped one kept, which serves the members before
+	// it; without that copy, only a pass that serves no reads (an index
+	// build) may resume there.
+	kept, _ := decoded.(*decodedWriter)
+	switch {
+	case resume == nil || resume.LocalBefore() == 0:
+		if kept != nil {
+			kept.keep() // none to keep: removes a stale one
+		}
+	case kept != nil && kept.adopt(resume.LocalBefore()):
+	case kept == nil && a.opts.IndexOnly:
+	default:
+		log.Info("the decoded copy the stopped pass kept is missing: the pass starts over", "src", a.String())
+		resume = resume.WithoutLocal()
+	}
 	var from int64
 	if resume != nil {
 		from = resume.From()
@@ -242,6 +258,14 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	ix, err := index.Build(ctx, countingReader{stream, &pp.read}, a.Identity(), bopts)
 	pp.finish(err == nil)
 	if err != nil {
+		if kept != nil && ctx.Err() != nil {
+			// Stopped: a pass resumed inside a stream-only span
+			// writes on into what this one wrote, if its partial
+			// index says it will.
+			if p, err := index.LoadPartial(partial, a.Identity()); err == nil && p.LocalBefore() > 0 {
+				kept.keep()
+			}
+		}
 		return nil, err
 	}
 	if quiet {

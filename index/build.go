@@ -60,7 +60,9 @@ type BuildOptions struct {
 	// object from Resume.From() on (Build reads the bytes from
 	// Resume.In() to there from Resume's tail first), and the pass goes on
 	// from Resume.In() with Resume's span. OnMember sees only the members
-	// after it.
+	// after it. When Resume.LocalBefore() is not 0, Local must already
+	// hold the decoded bytes before it (the copy the stopped pass wrote):
+	// the pass writes only those after.
 	Resume *Partial
 	// Partial, if not "", is where the pass keeps its partial index as it
 	// goes (it continues Resume's), for a codec whose pass can resume:
@@ -159,7 +161,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	if plog != nil {
 		// After the decoder has stopped (deferred below): pr.consumed
 		// is then where the pass had read to.
-		defer func() { plog.end(ctx, err, log, pr.consumed.Load(), opts.Cached) }()
+		built := ix // ix is nil once Build fails
+		defer func() { plog.end(ctx, built, err, log, pr.consumed.Load(), opts.Cached) }()
+		rec.midPoints = true
 	}
 	var tarStream io.Reader = pr
 	var dec passDecoder
@@ -175,6 +179,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 		defer stop() // what the decoder runs, when the build ends early
 		tarStream = dec
+		if m, ok := dec.(midResumer); ok && plog != nil {
+			plog.mid = m
+		}
 	} else if p != nil {
 		if err := replay(p, add); err != nil {
 			return nil, err
@@ -307,8 +314,14 @@ func resumePass(pr *peekReader, p *Partial, rec *recorder, add func(*tarscan.Hea
 		rec.ix.Checkpoints = append(rec.ix.Checkpoints, p.checkpoints...)
 		rec.ix.Digests = append(rec.ix.Digests, p.digests...)
 	})
+	maxWindow := max(inflate.WindowSize, lz4WindowSize)
+	if p.mid != nil {
+		// Inside the span of the latest checkpoint, which the pass
+		// goes on with from there.
+		cp, maxWindow = *p.mid, zstdMaxResumeWindow
+	}
 	rec.out = int64(cp.Out)
-	window, err := decompressWindow(cp.window)
+	window, err := decompressWindowUpTo(cp.window, maxWindow)
 	if err != nil {
 		return nil, nop, err
 	}

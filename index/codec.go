@@ -52,6 +52,10 @@ type codec struct {
 	decodeSpan spanDecoder
 	// kinds are the checkpoint kinds an index of this codec may hold.
 	kinds []inflate.Kind
+	// midKind is the kind of the resume points inside a span served
+	// from the local copy that a partial index of this codec may hold
+	// (0: none; partial.go). They are never in an index.
+	midKind inflate.Kind
 	// streamOnly says why a stream-only archive of this codec can be read
 	// only from the start of its stream ("": its streams are decoded from
 	// their start).
@@ -102,9 +106,10 @@ var registry = []codec{
 		name:    "zstd",
 		sniff:   startsWith(magicZstd),
 		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newZstdPass(r, rec)) },
-		resume: func(r io.Reader, cp Checkpoint, _ []byte, rec *recorder) (passDecoder, func(), error) {
-			return passOf(newZstdPassAt(r, cp, rec))
+		resume: func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error) {
+			return passOf(newZstdPassAt(r, cp, window, rec))
 		},
+		midKind:    kindZstdBlock,
 		decodeSpan: decodeZstdSpan,
 		kinds:      []inflate.Kind{kindFrame, kindLocal},
 		streamOnly: "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)",
@@ -362,6 +367,12 @@ const (
 	// kindXzBlock: In is the header of a block of an xz stream whose
 	// check type is in Flags; no window.
 	kindXzBlock
+	// kindZstdBlock: only in a partial index, as the point where the pass
+	// resumes inside a zstd frame served from the local copy: In is the
+	// header of the block after the boundary, Window the output before
+	// it (the frame's window, at most 32 MiB), and the pass state the
+	// walker's state there (zstdTracker.point).
+	kindZstdBlock
 )
 
 // Magic numbers, as they appear at the start of a stream.

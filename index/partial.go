@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/inflate"
@@ -49,8 +50,21 @@ import (
 // before it is used. Only codecs whose pass can start at a checkpoint
 // write one (codec.resume: plain tar, gzip, lz4, zstd at frame starts,
 // bzip2 and xz at block starts), and only up to the first span served
-// from the decoded copy (a zstd frame too big to decode per read), which
-// a stopped pass does not keep.
+// from the decoded copy (a zstd frame too big to decode per read).
+//
+// Inside such spans, a codec that follows its decoder's state there
+// (codec.midKind: zstd, at block boundaries) writes one more resume
+// point when ctx stops the pass: an 'R' record whose payload ends with
+// that mid point (a checkpoint of kind midKind, then its pass state)
+// after the digests. The resumed pass starts at the mid point rather
+// than the latest checkpoint, whose span digest it goes on computing from
+// the state kept in the mid point; the mid point never enters an index.
+// The rule for the bytes before it: they are served from the decoded
+// copy that the stopped pass wrote, which its caller keeps beside the
+// partial index and hands to the resumed pass as BuildOptions.Local
+// (Partial.LocalBefore says up to where it must hold the bytes); the span
+// digests check every read of it. A caller without that copy does not
+// use the mid point (Partial.WithoutLocal): the pass starts over.
 //
 // The tail spares the next pass fetching again what this one had read
 // past its latest checkpoint: a whole xz block (24 MiB of tar from
@@ -63,7 +77,7 @@ import (
 // writes no tail.
 
 const (
-	partialVersion = 3 // 3: the tail record
+	partialVersion = 4 // 3: the tail record; 4: mid points
 	partialMagic   = "TARMOUNT-PART\n\x00\x00"
 )
 
@@ -108,11 +122,17 @@ type Partial struct {
 	end         int64  // file offset after the latest resume point
 	points      int    // resume points read
 	tail        []byte // the archive's bytes from In on, kept by the stopped pass
+	// mid, if set, is where the pass resumes inside the span of the
+	// latest checkpoint (codec.midKind).
+	mid *Checkpoint
 }
 
 // In is where the resumed pass reads the archive as stored from: its
 // latest checkpoint, or for a plain tar the next member.
 func (p *Partial) In() int64 {
+	if p.mid != nil {
+		return int64(p.mid.In)
+	}
 	if n := len(p.checkpoints); n > 0 {
 		return int64(p.checkpoints[n-1].In)
 	}
@@ -122,6 +142,26 @@ func (p *Partial) In() int64 {
 // From is where the resumed pass fetches the archive from: In, past the
 // bytes the stopped pass kept in its tail (Build reads those first).
 func (p *Partial) From() int64 { return p.In() + int64(len(p.tail)) }
+
+// LocalBefore is where the resumed pass starts writing BuildOptions.Local:
+// the local copy must hold the decoded bytes before it, as the stopped
+// pass wrote them (the package doc of partial.go says why). It is 0 when
+// the pass resumes at a checkpoint, needing no bytes before it.
+func (p *Partial) LocalBefore() int64 {
+	if p.mid == nil {
+		return 0
+	}
+	return int64(p.mid.Out)
+}
+
+// WithoutLocal returns p for a caller that does not have the local copy
+// LocalBefore asks for: nil (start over) when p resumes at a mid point.
+func (p *Partial) WithoutLocal() *Partial {
+	if p.mid != nil {
+		return nil
+	}
+	return p
+}
 
 // Members is the number of members the pass had read.
 func (p *Partial) Members() int { return len(p.headers) }
@@ -253,6 +293,16 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header, memberDiges
 	for range d.count("digests", 8) {
 		spanDigests = append(spanDigests, binary.LittleEndian.Uint64(d.bytes("digest", 8)))
 	}
+	var mid *Checkpoint
+	if d.err == nil && d.pos < len(d.buf) {
+		mid = &Checkpoint{Kind: inflate.Kind(d.byte("kind")), In: CompressedOffset(d.uvarint("in")), Bit: d.byte("bit"),
+			Flags: d.byte("flags"), Out: UncompressedOffset(d.uvarint("out"))}
+		mid.window, mid.pass = []byte(d.raw("window")), []byte(d.raw("pass state"))
+		if d.err != nil || d.pos != len(d.buf) || len(cps) == 0 || mid.Kind == 0 || mid.Kind != p.Codec.def().midKind ||
+			mid.Bit != 0 || mid.Out < cps[len(cps)-1].Out || int64(mid.Out) > st.Offset || mid.In < cps[len(cps)-1].In {
+			return false
+		}
+	}
 	for i := len(p.checkpoints); i < len(cps); i++ {
 		if cp := cps[i]; cp.Bit > 7 || !kindAllowed(p.Codec, cp.Kind) || i == 0 && cp.Out != 0 || i > 0 && cp.Out <= cps[i-1].Out {
 			return false
@@ -266,7 +316,7 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header, memberDiges
 	case !p.Codec.compressed() && len(cps) != 0:
 		return false
 	}
-	p.headers, p.checkpoints, p.digests, p.scan = headers[:count], cps, spanDigests, st
+	p.headers, p.checkpoints, p.digests, p.scan, p.mid = headers[:count], cps, spanDigests, st, mid
 	p.sums = p.sums[:0]
 	for i, h := range p.headers {
 		if s := memberDigests[i]; s != 0 {
@@ -293,6 +343,29 @@ type partialLog struct {
 	lastOut int64  // plain tar: scan offset of the latest resume point
 	in      int64  // where the latest resume point's checkpoint starts (Partial.In)
 	held    []byte // the tail the pass resumed with, until a resume point follows: the start of its own
+	local   bool   // a span served from the decoded copy was reached: no more resume points at checkpoints
+	// mid, if set, is the pass decoder that gives a mid point when ctx
+	// stops the pass; cand is the member start it was last told of.
+	mid  midResumer
+	cand midCandidate
+}
+
+// midResumer is a pass decoder that can resume inside a span served from
+// the decoded copy (codec.midKind).
+type midResumer interface {
+	// memberAt is told where each member starts in the tar stream.
+	memberAt(off int64)
+	// midPoint returns a resume point at or before the latest member
+	// start it was told of, with its window and pass state; false when
+	// it has none.
+	midPoint() (Checkpoint, bool)
+}
+
+// midCandidate is a member start a mid point may resume at.
+type midCandidate struct {
+	ok      bool
+	members int
+	st      tarscan.State
 }
 
 // createPartialLog starts a new partial index at path (replacing one that
@@ -393,25 +466,30 @@ func (l *partialLog) due(ix *Index, st tarscan.State) bool {
 	}
 	for _, cp := range ix.Checkpoints[l.cps : k+1] {
 		if cp.Kind == kindLocal {
-			// Its span is read from the decoded copy, which a stopped
-			// pass does not keep: resume points end here.
-			l.err = errLocalSpans
+			// Its span is read from the decoded copy: resume points at
+			// checkpoints end here (a mid point may follow, at the end).
+			l.local = true
 			return false
 		}
 	}
 	return true
 }
 
-// errLocalSpans stops a partial index at the first span that only the
-// decoded copy serves.
-var errLocalSpans = errors.New("index: spans served from the decoded copy cannot be resumed")
-
 // resume logs a resume point at st, before the member that starts there
 // (due said so), and makes it durable against a crash of the process.
 func (l *partialLog) resume(ix *Index, st tarscan.State) {
-	k := resumeAt(ix, st.Offset) // -1 for a plain tar
+	l.write(ix, st, resumeAt(ix, st.Offset), nil) // k is -1 for a plain tar
+}
+
+// write logs a resume point at st whose latest checkpoint is ix's k-th
+// (and, if not nil, which resumes at mid, inside its span).
+func (l *partialLog) write(ix *Index, st tarscan.State, k int, mid *Checkpoint) {
+	members := l.members
+	if mid != nil {
+		members = l.cand.members
+	}
 	e := &encoder{}
-	e.uvarint(uint64(l.members))
+	e.uvarint(uint64(members))
 	e.uvarint(uint64(st.Offset))
 	e.uvarint(uint64(len(st.Global)))
 	for _, g := range st.Global {
@@ -424,22 +502,53 @@ func (l *partialLog) resume(ix *Index, st tarscan.State) {
 	}
 	digests := max(k, 0) // of the spans before checkpoint k
 	encodeDigests(e, ix.Digests[l.digests:digests])
+	if mid != nil {
+		encodeCheckpoint(e, *mid)
+		e.raw(string(mid.pass))
+	}
 	l.record(recResume, e.buf)
 	if err := l.flush(); err == nil {
 		l.cps, l.digests, l.lastOut = k+1, digests, st.Offset
 		l.points++
 		l.in, l.held = st.Offset, nil
-		if k >= 0 {
+		switch {
+		case mid != nil:
+			l.in = int64(mid.In)
+		case k >= 0:
 			l.in = int64(ix.Checkpoints[k].In)
 		}
 	}
 }
 
+// writeMid logs the mid point the pass decoder gives, when ctx stopped
+// the pass: it resumes at the latest member start the decoder was told of.
+func (l *partialLog) writeMid(ix *Index) {
+	if l.err != nil || l.mid == nil || !l.cand.ok {
+		return
+	}
+	mid, ok := l.mid.midPoint()
+	if !ok || int64(mid.Out) > l.cand.st.Offset || l.points > 0 && int64(mid.In) <= l.in {
+		return
+	}
+	k := resumeAt(ix, int64(mid.Out))
+	if k < 0 || k+1 < l.cps {
+		return // before what is logged already
+	}
+	l.write(ix, l.cand.st, k, &mid)
+}
+
 // point logs a resume point before the member that the scan, now at st,
 // has just returned, when one is due.
 func (l *partialLog) point(ix *Index, st tarscan.State) {
-	if l.err == nil && l.due(ix, st) {
+	if l.err != nil {
+		return
+	}
+	if !l.local && l.due(ix, st) {
 		l.resume(ix, st)
+	}
+	if l.mid != nil && l.members > 0 {
+		l.mid.memberAt(st.Offset)
+		l.cand = midCandidate{ok: true, members: l.members, st: tarscan.State{Offset: st.Offset, Global: slices.Clone(st.Global)}}
 	}
 }
 
@@ -448,7 +557,10 @@ func (l *partialLog) point(ix *Index, st tarscan.State) {
 // resume point. It then ends with the tail: the archive's bytes from the
 // latest resume point to stood (where the pass had read to), those it
 // holds and those cached has.
-func (l *partialLog) end(ctx context.Context, err error, log *slog.Logger, stood int64, cached func(p []byte, off int64) bool) {
+func (l *partialLog) end(ctx context.Context, ix *Index, err error, log *slog.Logger, stood int64, cached func(p []byte, off int64) bool) {
+	if err != nil && ctx.Err() != nil {
+		l.writeMid(ix)
+	}
 	if err != nil && ctx.Err() != nil && l.points > 0 {
 		l.tail(stood, cached)
 		if cerr := l.Close(); cerr != nil {

@@ -113,9 +113,10 @@ func TestResumePass(t *testing.T) {
 }
 
 // TestResumeChecksTrailer: a pass resumed in the middle of a gzip member,
-// an lz4 frame, a bzip2 stream or an xz stream still checks what the end
-// of it says of all its data: the member's CRC-32, the frame's content
-// checksum, the stream's combined CRC, the records of the xz index.
+// an lz4 frame, a bzip2 stream, an xz stream or a zstd frame still checks
+// what the end of it says of all its data: the member's CRC-32, the
+// frame's content checksum, the stream's combined CRC, the records of the
+// xz index.
 func TestResumeChecksTrailer(t *testing.T) {
 	raw := tarBytes(t, resumeMembers())
 	// flip damages the bit at off of obj, counted from its end.
@@ -134,6 +135,8 @@ func TestResumeChecksTrailer(t *testing.T) {
 		// The combined CRC ends at most 7 bits before the end.
 		{"bzip2", cli("bzip2", "-9")(t, raw), flip(2), ErrCorrupt, "stream checksum mismatch"},
 		{"xz", cli("xz", "-T2", "--block-size=64KiB")(t, raw), xzBreakIndex, ErrCorrupt, "stream index records do not match"},
+		// One frame: resumed at a block boundary inside it.
+		{"zstd", cli("zstd", "-3")(t, raw), flip(2), ErrCorrupt, "checksum"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			obj := c.obj
@@ -144,7 +147,11 @@ func TestResumeChecksTrailer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cp := p.checkpoints[len(p.checkpoints)-1]; len(cp.pass) == 0 {
+			cp := p.checkpoints[len(p.checkpoints)-1]
+			if p.mid != nil {
+				cp = *p.mid
+			}
+			if len(cp.pass) == 0 {
 				t.Fatalf("resume checkpoint %+v has no pass state", cp)
 			}
 			bad := bytes.Clone(obj)
@@ -256,7 +263,7 @@ func passResumes(ix *Index) bool {
 		return false
 	}
 	for _, cp := range ix.Checkpoints {
-		if cp.Kind == kindLocal {
+		if cp.Kind == kindLocal && ix.Codec.def().midKind == 0 {
 			return false
 		}
 	}
@@ -285,7 +292,7 @@ func TestPartialTail(t *testing.T) {
 	cases := resumeCases()
 	for _, c := range codecCases() {
 		switch c.name {
-		case "gzip", "zstd-go-frames", "lz4-go", "bzip2-cli", "xz-cli-blocks":
+		case "gzip", "zstd-go-frames", "zstd-cli", "lz4-go", "bzip2-cli", "xz-cli-blocks":
 			cases = append(cases, c)
 		}
 	}

@@ -43,6 +43,10 @@ type recorder struct {
 	// and when they stop.
 	ctx     context.Context
 	workers int
+	// midPoints: the pass keeps a partial index, so a codec that can
+	// resume inside a span served from the local copy follows what it
+	// needs to (zstdTracker).
+	midPoints bool
 }
 
 type subSpan struct {

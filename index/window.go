@@ -42,11 +42,16 @@ func compressWindow(w []byte) ([]byte, error) {
 }
 
 func decompressWindow(c []byte) ([]byte, error) {
+	return decompressWindowUpTo(c, max(inflate.WindowSize, lz4WindowSize))
+}
+
+// decompressWindowUpTo is decompressWindow for windows of at most
+// maxWindow bytes (a zstd frame's, at a kindZstdBlock resume point).
+func decompressWindowUpTo(c []byte, maxWindow int) ([]byte, error) {
 	if len(c) == 0 {
 		return nil, nil
 	}
-	const maxWindow = max(inflate.WindowSize, lz4WindowSize)
-	w, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(c)), maxWindow+1))
+	w, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(c)), int64(maxWindow)+1))
 	if err != nil || len(w) > maxWindow {
 		return nil, fmt.Errorf("%w: bad checkpoint window", ErrBadIndex)
 	}

@@ -151,6 +151,7 @@ type zstdFrameReader struct {
 	remain   int64 // bytes left in the current piece
 	state    int
 	checksum bool
+	tee      func([]byte) // if set, sees every byte read
 }
 
 const (
@@ -159,8 +160,8 @@ const (
 	zfDone
 )
 
-func (f *zstdFrameReader) reset(cr *countingReader, h zstdFrame) {
-	*f = zstdFrameReader{cr: cr, remain: int64(h.headerLen), checksum: h.checksum}
+func (f *zstdFrameReader) reset(cr *countingReader, h zstdFrame, tee func([]byte)) {
+	*f = zstdFrameReader{cr: cr, remain: int64(h.headerLen), checksum: h.checksum, tee: tee}
 }
 
 func (f *zstdFrameReader) Read(p []byte) (int, error) {
@@ -193,6 +194,9 @@ func (f *zstdFrameReader) Read(p []byte) (int, error) {
 	}
 	n, err := f.cr.Read(p)
 	f.remain -= int64(n)
+	if f.tee != nil && n > 0 {
+		f.tee(p[:n])
+	}
 	if err == io.EOF {
 		if f.remain > 0 {
 			err = fmt.Errorf("%w: zstd frame cut short", ErrCorrupt)
@@ -210,32 +214,69 @@ func maxFrameSpan(span int64) int64 { return 8 * span }
 
 // zstdPass decodes a zstd stream frame by frame in the index pass. Frame
 // starts become checkpoints (one per span's worth of output at most);
-// frames too big to decode per read go to the local copy instead.
+// frames too big to decode per read go to the local copy instead. When
+// the pass keeps a partial index (recorder.midPoints), such a frame is
+// followed by a zstdTracker, so that a pass stopped inside it can resume
+// at a block boundary (kindZstdBlock); a pass resumed there decodes
+// the rest of the frame with a dictionary decoder of its own (rdec) and
+// checks the frame's checksum itself.
 type zstdPass struct {
 	cr     *countingReader
 	rec    *recorder
 	dec    *zstd.Decoder
+	rdec   *zstd.Decoder // decodes the frame resumed at a block boundary, until its end
 	fr     zstdFrameReader
-	inData bool  // a data frame is being decoded
-	big    int64 // frames bigger than this are local
-	forced bool  // the next frame start must be a checkpoint
-	end    int64 // end of the last data frame
+	tr     *zstdTracker // follows the current frame (nil: not followed)
+	inData bool         // a data frame is being decoded
+	big    int64        // frames bigger than this are local
+	forced bool         // the next frame start must be a checkpoint
+	end    int64        // end of the last data frame
 	frames int
 	err    error
 }
 
-// newZstdPassAt resumes the index pass at cp, the start of a frame; r
-// yields the stream from cp.In on.
-func newZstdPassAt(r io.Reader, cp Checkpoint, rec *recorder) (*zstdPass, error) {
-	if cp.Kind != kindFrame {
-		return nil, fmt.Errorf("%w: a zstd pass resumes at a frame start, not at checkpoint kind %d", ErrUnsupported, cp.Kind)
+// newZstdPassAt resumes the index pass at cp: the start of a frame, or
+// a block boundary inside one (kindZstdBlock, with window the output
+// before it); r yields the stream from cp.In on.
+func newZstdPassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*zstdPass, error) {
+	if cp.Kind != kindFrame && cp.Kind != kindZstdBlock {
+		return nil, fmt.Errorf("%w: a zstd pass resumes at a frame start or block boundary, not at checkpoint kind %d", ErrUnsupported, cp.Kind)
 	}
 	z, err := newZstdPass(r, rec)
 	if err != nil {
 		return nil, err
 	}
 	z.cr.off, z.frames = int64(cp.In), 1
+	if cp.Kind == kindZstdBlock {
+		if err := z.resumeInFrame(cp, window); err != nil {
+			z.dec.Close()
+			return nil, err
+		}
+	}
 	return z, nil
+}
+
+// resumeInFrame continues the frame that cp lies in, at its block
+// boundary: the recorder goes on with the frame's kindLocal spans.
+func (z *zstdPass) resumeInFrame(cp Checkpoint, window []byte) error {
+	s, err := decodeZstdBlockState(cp)
+	if err != nil {
+		return err
+	}
+	if want := min(s.point.window, int64(cp.Out)); int64(len(window)) != want {
+		return fmt.Errorf("%w: zstd resume point with a window of %d bytes, want %d", ErrCorrupt, len(window), want)
+	}
+	rec := z.rec
+	rec.toLocal, rec.localSpans, rec.localFrom, rec.localIn = true, true, s.localFrom, s.localIn
+	rec.hash = s.span
+	// The tracker continues the frame's checksum, and its resume
+	// points when the pass keeps a partial index.
+	z.tr = resumedZstdTracker(s.point, cp, s.frameIn, s.frameOut, window, rec, rec.midPoints)
+	if z.rdec, err = s.point.resume(z.cr, window, z.tr.feed); err != nil {
+		return fmt.Errorf("%w: resume zstd frame at %d: %w", ErrCorrupt, cp.In, err)
+	}
+	z.inData = true
+	return nil
 }
 
 func newZstdPass(r io.Reader, rec *recorder) (*zstdPass, error) {
@@ -284,7 +325,14 @@ func (z *zstdPass) nextFrame() error {
 		case h.contentSize < 0:
 			rec.beginTentative(start)
 		}
-		z.fr.reset(z.cr, h)
+		var tee func([]byte)
+		z.tr = nil
+		if rec.midPoints && (h.contentSize > z.big || h.contentSize < 0) {
+			if z.tr = newZstdTracker(h, zstdWindowSize(b, h), start, rec); z.tr != nil {
+				tee = z.tr.feed
+			}
+		}
+		z.fr.reset(z.cr, h, tee)
 		if err := z.dec.Reset(&z.fr); err != nil {
 			return err
 		}
@@ -298,6 +346,7 @@ func (z *zstdPass) endFrame() {
 	rec := z.rec
 	z.end = z.cr.off
 	z.inData = false
+	z.tr = nil
 	switch {
 	case rec.localSpans:
 		rec.endLocal()
@@ -318,12 +367,16 @@ func (z *zstdPass) Read(p []byte) (int, error) {
 				return 0, err
 			}
 		}
-		n, err := z.dec.Read(p)
+		dec := z.dec
+		if z.rdec != nil {
+			dec = z.rdec
+		}
+		n, err := dec.Read(p)
 		if n > 0 {
-			z.rec.write(p[:n])
-			if z.rec.tentative && z.rec.out-z.rec.localFrom > z.big {
-				z.rec.promote()
-			}
+			z.take(p[:n])
+		}
+		if err == io.EOF && z.rdec != nil {
+			err = z.endResumed()
 		}
 		if err == io.EOF {
 			z.endFrame()
@@ -343,8 +396,61 @@ func (z *zstdPass) Read(p []byte) (int, error) {
 	}
 }
 
+// take hands decoded bytes to the recorder, and the tracker.
+func (z *zstdPass) take(p []byte) {
+	rec := z.rec
+	if z.tr != nil {
+		z.tr.output(p, rec.out)
+	}
+	rec.write(p)
+	if rec.tentative && rec.out-rec.localFrom > z.big {
+		rec.promote()
+	}
+}
+
+// endResumed ends the frame resumed at a block boundary: its checksum, if
+// it has one, is checked against the XXH64 continued from there. It
+// returns io.EOF when the frame is good.
+func (z *zstdPass) endResumed() error {
+	t := z.tr
+	z.rdec.Close()
+	z.rdec = nil
+	if t.checksum {
+		b := z.cr.peek(4)
+		if len(b) < 4 {
+			return fmt.Errorf("%w: zstd frame cut short before its checksum", ErrCorrupt)
+		}
+		if binary.LittleEndian.Uint32(b) != uint32(t.sum.Sum64()) {
+			return fmt.Errorf("%w: zstd frame checksum mismatch after resuming at a block", ErrCorrupt)
+		}
+		z.cr.discard(4)
+	}
+	return io.EOF
+}
+
+// memberAt is told that a member starts at tar offset off (partialLog).
+func (z *zstdPass) memberAt(off int64) {
+	if z.tr != nil {
+		z.tr.at(off)
+	}
+}
+
+// midPoint returns a resume point inside the frame being decoded, at the
+// block boundary the tracker chose, or false.
+func (z *zstdPass) midPoint() (Checkpoint, bool) {
+	if z.tr == nil || !z.rec.localSpans {
+		return Checkpoint{}, false
+	}
+	return z.tr.point(z.rec.localFrom, z.rec.localIn)
+}
+
 func (z *zstdPass) finish() (int64, int64, error) {
 	defer z.dec.Close()
+	defer func() {
+		if z.rdec != nil {
+			z.rdec.Close()
+		}
+	}()
 	if _, err := io.Copy(io.Discard, z); err != nil && err != io.EOF {
 		return 0, 0, err
 	}
