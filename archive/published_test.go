@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -331,6 +332,20 @@ func TestOpenRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Close()
+			if c.suffix {
+				// Asked for beside the probe, it may still be on its way
+				// when the open returns with a published index.
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) {
+					mu.Lock()
+					seen := slices.Contains(ranges, fetch.SuffixRange)
+					mu.Unlock()
+					if seen {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			probe, suffix, tail := false, false, false
