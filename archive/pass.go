@@ -248,6 +248,10 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	if decoded != nil {
 		bopts.Local = decoded
 	}
+	// Without a decoded copy to keep, a resumed pass could start inside
+	// a stream-only span only to build an index (see above): a one-pass
+	// extraction does not follow the decoder's state there.
+	bopts.NoMidPoints = kept == nil && !a.opts.IndexOnly
 	if !fetch.IsLocal(a.base) {
 		// A gzip pass decodes on every core only from a local file, for
 		// now: from a remote object it is paced by the fetch, and the

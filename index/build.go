@@ -69,6 +69,12 @@ type BuildOptions struct {
 	// Build removes it when the pass ends or fails for good, and leaves
 	// it when ctx stops the pass (or the process dies).
 	Partial string
+	// NoMidPoints says that no pass resumed from Partial could start
+	// inside a span served from a local copy (a caller that keeps no
+	// decoded copy and serves reads): a codec that would follow its
+	// decoder's state there (the zstd frame tracker) does not, which it
+	// would otherwise pay for in every pass. See partial.go.
+	NoMidPoints bool
 	// Workers is how many goroutines may decode a gzip archive at once
 	// (inflate.ParallelReader); 1 decodes it sequentially. 0 means
 	// GOMAXPROCS when it is at least inflate.ParallelMinProcs, else 1.
@@ -163,7 +169,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		// is then where the pass had read to.
 		built := ix // ix is nil once Build fails
 		defer func() { plog.end(ctx, built, err, log, pr.consumed.Load(), opts.Cached) }()
-		rec.midPoints = true
+		rec.midPoints = !opts.NoMidPoints
 	}
 	var tarStream io.Reader = pr
 	var dec passDecoder

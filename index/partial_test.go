@@ -449,3 +449,27 @@ func TestPartialTailChecked(t *testing.T) {
 		t.Error("a pass resumed with a wrong tail succeeded, want it to fail")
 	}
 }
+
+// TestNoMidPoints: a stopped pass over a single-frame zstd archive keeps
+// a resume point inside its frame (Partial.LocalBefore), unless its
+// caller says no pass could resume there (BuildOptions.NoMidPoints): then
+// the frame's state is not followed, and the next pass starts over.
+func TestNoMidPoints(t *testing.T) {
+	raw := tarBytes(t, resumeMembers())
+	obj := cli("zstd", "-q", "-3")(t, raw)
+	id := fetch.Identity{Size: int64(len(obj)), ETag: `"v1"`}
+	for _, no := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "p.partial")
+		opts := BuildOptions{Span: 256 << 10, Partial: path, NoMidPoints: no}
+		if err := buildStopped(obj, id, opts, 260); !errors.Is(err, context.Canceled) {
+			t.Fatalf("NoMidPoints %v: a stopped pass: got %v, want it cancelled", no, err)
+		}
+		p, err := LoadPartial(path, id)
+		switch {
+		case no && err == nil && p.LocalBefore() > 0:
+			t.Errorf("NoMidPoints: the stopped pass kept a resume point inside the frame (local before %d)", p.LocalBefore())
+		case !no && (err != nil || p.LocalBefore() == 0):
+			t.Errorf("a stopped pass kept no resume point inside the frame: %v", err)
+		}
+	}
+}
