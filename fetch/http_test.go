@@ -649,10 +649,13 @@ func TestHTTPSuffix(t *testing.T) {
 				require.Empty(t, reqs, "a read of the tail sends no request")
 			}
 			if tt.size > ProbeBytes {
-				// Bytes before the tail are read as usual.
+				// Bytes before the tail are read as usual, at once even
+				// while the tail is on its way.
+				start := time.Now()
 				_, err = src.ReadAt(t.Context(), got[:100], 0)
 				require.NoError(t, err)
 				require.True(t, bytes.Equal(o.data[:100], got[:100]))
+				require.Less(t, time.Since(start), tailWait/2, "a read before the tail waited for it")
 			}
 			start := time.Now()
 			require.NoError(t, src.Close())

@@ -64,9 +64,11 @@ func startTail(ctx context.Context, get func(ctx context.Context) (tailReply, er
 
 // readAt copies the object's bytes at off into p from the tail, when it
 // holds them all and came from the version id, and reports whether it
-// did. It waits for a tail on its way at most tailWait.
+// did. Only a read within the object's last ProbeBytes, where the tail
+// lies, waits for a tail on its way, and at most tailWait: every other
+// read goes its own way at once.
 func (t *tailFetch) readAt(ctx context.Context, p []byte, off int64, id Identity) bool {
-	if t == nil || len(p) == 0 {
+	if t == nil || len(p) == 0 || off < id.Size-ProbeBytes || off+int64(len(p)) > id.Size {
 		return false
 	}
 	timer := time.NewTimer(tailWait)
