@@ -172,7 +172,10 @@ func open(ctx context.Context, url string, opts Options, blocksOnDisk bool) (*Ar
 	defer func() { side.stop() }() // lookup may start it
 	// Without an index at hand, a first pass from the start will most
 	// likely follow (unless a published or embedded index turns up).
-	base, disk, err := opts.openCached(ctx, url, pre == nil && remote == nil && opts.IndexFile == "")
+	// A zstd archive is looked at for an embedded index before the pass
+	// (lookup): its name hints at that (index.MayEmbedName).
+	pass := pre == nil && remote == nil && opts.IndexFile == ""
+	base, disk, err := opts.openCached(ctx, url, pass, pass && index.MayEmbedName(url))
 	if err != nil {
 		return nil, err
 	}

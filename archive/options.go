@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
-	"github.com/tarmount/tarmount/index"
 )
 
 // Defaults of Options, for flags that print them.
@@ -157,23 +156,22 @@ func (o *Options) retryOptions() fetch.RetryOptions {
 // and bounded in time. disk, when not nil, keeps whole copies of objects
 // whose server ignores ranges. pass says that a pass from the start of
 // the archive is likely to follow: the open then brings its first bytes
-// (fetch.Options.Prefix), and for an archive whose name says zstd its
-// last ones too (fetch.Options.Suffix), where an index that tarmount
-// pack embedded would be: looking for one then costs no round trip
-// before the pass starts.
-func (o *Options) openSource(ctx context.Context, url string, disk *fetch.DiskCache, pass bool) (fetch.Source, error) {
+// (fetch.Options.Prefix). tail says that a look for an index embedded at
+// its end follows: the open brings its last bytes too
+// (fetch.Options.Suffix), so that the look costs no round trip before
+// the pass starts.
+func (o *Options) openSource(ctx context.Context, url string, disk *fetch.DiskCache, pass, tail bool) (fetch.Source, error) {
 	fo := o.fetchOptions(disk)
-	fo.Prefix = pass
-	fo.Suffix = pass && index.MayEmbedName(url)
+	fo.Prefix, fo.Suffix = pass, tail
 	return fetch.OpenWithRetry(ctx, url, fo, o.retryOptions())
 }
 
 // openCached opens the disk cache (nil when there is none) and the source
 // at url with it (openSource), which keeps whole copies of objects whose
 // server ignores ranges; it closes the cache again when the source fails.
-func (o *Options) openCached(ctx context.Context, url string, pass bool) (fetch.Source, *fetch.DiskCache, error) {
+func (o *Options) openCached(ctx context.Context, url string, pass, tail bool) (fetch.Source, *fetch.DiskCache, error) {
 	disk := o.openDiskCache()
-	src, err := o.openSource(ctx, url, disk, pass)
+	src, err := o.openSource(ctx, url, disk, pass, tail)
 	if err != nil {
 		if disk != nil {
 			disk.Close()

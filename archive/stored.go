@@ -23,7 +23,7 @@ type storedStream struct {
 // openStored opens url for one pass over it from the start; the caller
 // calls close.
 func (o *Options) openStored(ctx context.Context, url string) (*storedStream, error) {
-	s, disk, err := o.openCached(ctx, url, true)
+	s, disk, err := o.openCached(ctx, url, true, false)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 # target:package, the names test.sh uses.
 all=(FuzzInflate:./index/inflate FuzzScan:./index/tarscan FuzzZstdFrames:./index FuzzLZ4Frames:./index
 	FuzzBzip2Blocks:./index FuzzXzBlocks:./index FuzzUnmarshal:./index FuzzRandomAccess:./index
-	FuzzCorruptSpans:./index)
+	FuzzCorruptSpans:./index FuzzParallel:./index/inflate FuzzZstdWalk:./index)
 
 fuzztime="${FUZZTIME:-20s}"
 jobs="${JOBS:-1}"
