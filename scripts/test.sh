@@ -107,6 +107,6 @@ if [[ $# -eq 0 && "$fuzztime" != "0" ]]; then
 	fi
 	FUZZTIME="$fuzztime" bash scripts/fuzz.sh FuzzInflate FuzzScan || status=1
 	FUZZTIME="$walkertime" bash scripts/fuzz.sh FuzzZstdFrames FuzzLZ4Frames FuzzBzip2Blocks FuzzXzBlocks \
-		FuzzUnmarshal FuzzRandomAccess FuzzCorruptSpans || status=1
+		FuzzUnmarshal FuzzRandomAccess FuzzCorruptSpans FuzzParallel FuzzZstdWalk || status=1
 fi
 exit "$status"
