@@ -50,6 +50,11 @@ type BuildOptions struct {
 	// only during the call; what is not read is skipped. An error ends
 	// the build. It lets one pass both index and extract an archive.
 	OnMember func(h *tarscan.Header, data io.Reader) error
+	// OnMemberDigest, if set, is called for every regular file of a
+	// compressed archive once its stored data has passed, with where that
+	// data starts and its digest (what Index.MemberDigest records). It
+	// runs on the pass's goroutine, after OnMember for the same member.
+	OnMemberDigest func(dataOffset int64, digest uint64)
 	// Live, if set, publishes what the pass has seen as it goes, for a
 	// mount served during the pass; Build tells it when the pass ends or
 	// fails (the caller then calls Live.Serve with a Reader of the
@@ -260,6 +265,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 				return nil, err
 			}
 			sums = append(sums, memberSum{UncompressedOffset(h.DataOffset), memberDigest(sum)})
+			if opts.OnMemberDigest != nil {
+				opts.OnMemberDigest(h.DataOffset, sums[len(sums)-1].sum)
+			}
 		}
 		if plog != nil {
 			var digest uint64

@@ -43,6 +43,11 @@ type stager struct {
 	// one directory serialize on its lock.
 	dirs   [stageBuckets]int
 	staged map[int64]*wfile // guarded by mu: by DataOffset
+	// placed is where the files that Stage placed early are, complete,
+	// by DataOffset (OpenPlaced); changed is closed when one is added,
+	// nil while nobody waits (PlacedChanged). Guarded by mu.
+	placed  map[int64]string
+	changed chan struct{}
 
 	wg  sync.WaitGroup // staged files not fully written
 	fds atomic.Int64   // staged files made unnamed and kept open; beyond fdBudget they are named
@@ -60,7 +65,7 @@ type stager struct {
 // made.
 func (s *stager) init(sem *semaphore.Weighted, slabBytes int64) {
 	s.sem, s.slabBytes, s.slabFree, s.root = sem, slabBytes, bufList{max: stageFreeSlabs}, earlyDir{fd: -1}
-	s.staged, s.early = map[int64]*wfile{}, map[string]earlyDir{}
+	s.staged, s.early, s.placed = map[int64]*wfile{}, map[string]earlyDir{}, map[int64]string{}
 	for i := range s.dirs {
 		s.dirs[i] = -1
 	}
@@ -136,7 +141,9 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 			wf.meta = meta
 		}
 		if err == nil && wf.early != "" {
-			err = j.stage.placeEarly(wf, fd, off, j.life.tmpFd)
+			if err = j.stage.placeEarly(wf, fd, off, j.life.tmpFd); err == nil && wf.placed {
+				j.stage.setPlaced(off, wf.path)
+			}
 		}
 		if wf.anon && err == nil {
 			return nil // kept open for Run
@@ -350,6 +357,52 @@ func (s *stager) placeEarly(wf *wfile, fd int, off int64, tmpFd int) error {
 	return linkFd(fd, dir, wf.tmp)
 }
 
+// setPlaced records that the file whose data starts at off is complete
+// under its name p, and wakes those waiting for one (PlacedChanged).
+func (s *stager) setPlaced(off int64, p string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.placed[off] = p
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
+// OpenPlaced opens for reading the regular file whose data starts at
+// dataOffset of the tar stream, if Stage has written it whole and placed
+// it under its name in DIR, and returns that name (index.CleanName of
+// the member's); else it returns false. A file is placed with the data
+// and metadata of the member the pass read there, before Run has checked
+// it against the index: the caller checks that the index describes the
+// same member (name, and the data's digest). Safe for concurrent use.
+func (j *Job) OpenPlaced(dataOffset int64) (f *os.File, name string, ok bool) {
+	j.stage.mu.Lock()
+	defer j.stage.mu.Unlock()
+	p, ok := j.stage.placed[dataOffset]
+	if !ok || j.life.root == nil {
+		return nil, "", false
+	}
+	// Under mu: Run does not move it away meanwhile (unplace).
+	f, err := j.life.root.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		j.log.Debug("open a placed file", "path", p, "err", err)
+		return nil, "", false
+	}
+	return f, p, true
+}
+
+// PlacedChanged returns a channel closed once Stage places another file
+// (OpenPlaced).
+func (j *Job) PlacedChanged() <-chan struct{} {
+	j.stage.mu.Lock()
+	defer j.stage.mu.Unlock()
+	if j.stage.changed == nil {
+		j.stage.changed = make(chan struct{})
+	}
+	return j.stage.changed
+}
+
 func stageBucket(off int64) int   { return int((off >> 9) % stageBuckets) }
 func stagedName(off int64) string { return fmt.Sprintf("s%x", off) }
 
@@ -408,6 +461,7 @@ func (s *stager) unplace(ix *index.Index, root *os.Root, tmpFd int) error {
 			return fmt.Errorf("remove %s: %w", sf.path, err)
 		}
 		sf.placed, sf.staged, sf.dir, sf.tmp, sf.path = false, true, dir, stagedName(off), ""
+		delete(s.placed, off)
 	}
 	return nil
 }
@@ -415,6 +469,9 @@ func (s *stager) unplace(ix *index.Index, root *os.Root, tmpFd int) error {
 // removePlaced removes what Stage placed (for Abandon), once the writers
 // have stopped.
 func (s *stager) removePlaced(root *os.Root, log *slog.Logger) {
+	s.mu.Lock()
+	clear(s.placed)
+	s.mu.Unlock()
 	for _, wf := range s.staged {
 		if wf.placed {
 			if err := root.Remove(wf.path); err != nil && !errors.Is(err, os.ErrNotExist) {
