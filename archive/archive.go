@@ -79,6 +79,8 @@ type Archive struct {
 	cancelDecode context.CancelFunc
 	decodeClosed bool  // Close stopped it, or will: none may start
 	decodeErr    error // why it failed, set before decodeDone is closed
+	// stage is the staging pass (staging.go), set by Start; nil without one.
+	stage *staging
 
 	bg        *Materializer // nil without Materialize
 	closeOnce sync.Once
@@ -352,6 +354,9 @@ func (a *Archive) Close() {
 func (a *Archive) close() {
 	log := a.log
 	a.stopDecode()
+	if a.stage != nil {
+		a.stage.stop()
+	}
 	a.stopPass()
 	if a.bg != nil {
 		a.bg.stop()
@@ -401,7 +406,7 @@ func (a *Archive) openReader() {
 		} else if f, err := os.Create(marker); err == nil {
 			f.Close()
 		}
-		log.Log(context.Background(), level, "stream-only archive: reads come from its decoded copy; tarmount pack makes one that is seekable",
+		log.Log(context.Background(), level, "stream-only archive: reads come from a local copy (its decoded copy, or the materialized directory); tarmount pack makes one that is seekable",
 			"why", a.ix.Codec.StreamOnlyReason(), "src", a.base.String(), "path", localPath)
 	}
 	// Through the blocks (index.BlockSource): a compressed span is

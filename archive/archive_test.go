@@ -115,6 +115,12 @@ func testOptions(t *testing.T, buf *syncBuffer) Options {
 func startMaterialized(t *testing.T, a *Archive) (*Materializer, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "mat")
+	return startMaterializedIn(t, a, dir), dir
+}
+
+// startMaterializedIn starts a and its materialization into dir.
+func startMaterializedIn(t *testing.T, a *Archive, dir string) *Materializer {
+	t.Helper()
 	m, err := a.Materialize(dir, MaterializeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +129,7 @@ func startMaterialized(t *testing.T, a *Archive) (*Materializer, string) {
 		t.Fatal(err)
 	}
 	m.Run()
-	return m, dir
+	return m
 }
 
 // syncBuffer is a bytes.Buffer for a log written from several goroutines.

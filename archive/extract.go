@@ -162,7 +162,7 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 		// One streamed pass: parallel range requests ahead of the
 		// decoder, the writers behind it; the index is a by-product.
 		var err error
-		ix, err = a.pass(ctx, nil, nil, x.job.Stage, true)
+		ix, err = a.pass(ctx, nil, nil, x.job.Stage, nil, true)
 		if err != nil {
 			x.job.Abandon()
 			return nil, fmt.Errorf("extract %s: %w", a, err)

@@ -157,6 +157,11 @@ func (m *Materializer) State() (complete bool, stopped string) {
 // the job: it ran with the job, and succeeded.
 func (m *Materializer) staged() bool { return m.a.live != nil && m.a.ix != nil }
 
+// staging reports whether a pass (the first pass, or the staging pass)
+// hands the archive's files to the job, which must not run before it
+// ends.
+func (m *Materializer) staging() bool { return m.a.live != nil || (m.a.stage != nil && m.a.stage.pass) }
+
 // Run starts the materialization in the background, after the first
 // pass when one runs. It must be called once, after Start.
 func (m *Materializer) Run() {
@@ -180,6 +185,18 @@ func (m *Materializer) run() error {
 			// end of the archive.
 			m.job.Load().Abandon()
 			return fmt.Errorf("index pass: %w", a.passErr)
+		}
+	}
+	if s := a.stage; s != nil {
+		select {
+		case <-s.done:
+		case <-m.ctx.Done():
+			return m.ctx.Err()
+		}
+		if s.err != nil {
+			// What it staged was never checked to the end.
+			m.job.Load().Abandon()
+			return fmt.Errorf("%w: %w", index.ErrPassFailed, s.err)
 		}
 	}
 	// Its own reader straight on the source: span decodes neither go
@@ -268,15 +285,16 @@ func (m *Materializer) resetProgress() {
 	p.TotalsKnown.Store(false)
 }
 
-// stop ends the job (resumable) and waits for it. A job that an index
-// pass staged into, and that did not get to run, is abandoned: what was
-// staged was never checked to the end of the archive.
+// stop ends the job (resumable) and waits for it. A job that a pass (the
+// first, or the staging pass) staged into, and that did not get to run,
+// is abandoned: what was staged was never checked to the end of the
+// archive.
 func (m *Materializer) stop() {
 	m.cancel()
 	if m.started {
 		<-m.done
 	}
-	if m.a.live != nil && !m.started {
+	if m.staging() && !m.started {
 		m.job.Load().Abandon()
 	}
 	m.job.Load().Close()

@@ -46,7 +46,7 @@ func (a *Archive) Build(ctx context.Context) error {
 
 // Start makes the archive ready to be served by a mount: with an index,
 // at once (a stream-only archive whose decoded copy is missing starts its
-// decode pass, decode.go); without one and wait false, it starts the first pass in the
+// decode pass, decode.go, or its staging pass, staging.go); without one and wait false, it starts the first pass in the
 // background (StartPass) and returns once the pass has read the first
 // member, which gives the root its attributes (an object that is no tar
 // archive is refused here); with wait, once the pass has ended (Build).
@@ -58,8 +58,12 @@ func (a *Archive) Start(ctx context.Context, wait bool) error {
 			return err
 		}
 		// A stream-only archive known without its decoded copy: the
-		// index serves while the copy is written again (decode.go).
-		a.startDecode()
+		// index serves while the copy is written again (decode.go), or
+		// from the materialized directory, while the archive is decoded
+		// into it or when it is complete (staging.go).
+		if !a.startStaging() {
+			a.startDecode()
+		}
 		return nil
 	}
 	a.StartPass(ctx)
@@ -145,7 +149,7 @@ func (a *Archive) build(ctx context.Context, live *index.Live, stage func(*tarsc
 		defer w.discard()
 		decoded = w
 	}
-	ix, err := a.pass(ctx, decoded, live, stage, false)
+	ix, err := a.pass(ctx, decoded, live, stage, nil, false)
 	if err != nil {
 		return fmt.Errorf("index %s: %w", a, err)
 	}
@@ -163,10 +167,13 @@ func (a *Archive) build(ctx context.Context, live *index.Live, stage func(*tarsc
 }
 
 // pass reads the whole archive through the blocks and returns its index
-// (its errors say nothing of the archive: the caller adds what it did).
+// (its errors say nothing of the archive: the caller adds what it did),
+// writing the decoded stream to decoded, publishing to live and handing
+// the members to stage and their digests to onDigest, each when not nil.
 // It logs its start, its progress every 2 s and its end, unless quiet
 // (an extraction shows its own progress, from passProg).
-func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Live, stage func(*tarscan.Header, io.Reader) error, quiet bool) (*index.Index, error) {
+func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Live, stage func(*tarscan.Header, io.Reader) error,
+	onDigest func(dataOffset int64, digest uint64), quiet bool) (*index.Index, error) {
 	start := time.Now()
 	size := a.Identity().Size
 	log := a.log
@@ -244,7 +251,7 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	// With an index, open said its notes: a pass that reads the archive
 	// again (to decode it, or to extract it in one stream) does not.
 	bopts := index.BuildOptions{Span: a.opts.Span, Logger: log, QuietNotes: a.ix != nil, Live: live, OnMember: onMember,
-		OnProgress: progress, Resume: resume, Partial: partial, Cached: a.blocks.ReadCached}
+		OnMemberDigest: onDigest, OnProgress: progress, Resume: resume, Partial: partial, Cached: a.blocks.ReadCached}
 	if decoded != nil {
 		bopts.Local = decoded
 	}

@@ -72,10 +72,15 @@ type PassStatus struct {
 	// DecodedCopy says that this is the decode pass: the index was
 	// found (Status.Index.Source), the mount serves it, and reads of
 	// data the copy does not hold yet wait for the pass.
-	DecodedCopy bool   `json:"decoded_copy,omitempty"`
-	Error       string `json:"error,omitempty"` // why the decode pass failed
-	BytesRead   int64  `json:"bytes_read"`      // of the archive as stored
-	BytesTotal  int64  `json:"bytes_total"`     // the archive's size
+	DecodedCopy bool `json:"decoded_copy,omitempty"`
+	// IntoDir says that this is the staging pass: the index was found,
+	// the mount serves it, and the pass decodes the archive into the
+	// materialized directory, where reads of the files it has not
+	// placed yet wait for it.
+	IntoDir    bool   `json:"into_dir,omitempty"`
+	Error      string `json:"error,omitempty"` // why the decode pass failed
+	BytesRead  int64  `json:"bytes_read"`      // of the archive as stored
+	BytesTotal int64  `json:"bytes_total"`     // the archive's size
 	// Percent is BytesRead of BytesTotal; 100 once the pass succeeded.
 	Percent float64 `json:"percent"`
 	// RateBytesPerSecond is BytesRead over the pass's time so far;
@@ -122,7 +127,13 @@ func (a *Archive) Status() *Status {
 		st.Archive.LastModified = id.LastModified.UTC()
 	}
 	st.Index.Pass = a.passProg.status(id.Size)
-	if p := st.Index.Pass; p != nil && a.Decoding() {
+	switch p := st.Index.Pass; {
+	case p != nil && a.stage != nil && a.stage.pass && a.DecodeDone() == nil:
+		p.IntoDir = true
+		if err := a.stage.failed(); err != nil {
+			p.Error = err.Error()
+		}
+	case p != nil && a.Decoding():
 		p.DecodedCopy = true
 		if err := a.DecodeErr(); err != nil {
 			p.Error = err.Error()

@@ -21,8 +21,10 @@ type Tree interface {
 
 // Tree returns the tree to serve, once Start (or Build) has returned:
 // the pass's live tree while it runs, and after it, through the reader
-// it opens; else the reader. With a materialization, every read through
-// it is a foreground read, which the materialization yields to.
+// it opens; else the reader, or while a staging pass decodes the archive
+// into the materialized directory, that directory (staging.go). With a
+// materialization, every read through it is a foreground read, which the
+// materialization yields to.
 func (a *Archive) Tree() Tree {
 	var gate *materialize.Gate
 	if a.bg != nil {
@@ -33,6 +35,8 @@ func (a *Archive) Tree() Tree {
 		return gatedLive{a.live, gate, gateTrace(gate)}
 	case a.live != nil:
 		return a.live
+	case a.stage != nil:
+		return stagedTree{gatedReader{a.reader, gate, gateTrace(gate)}, a.stage}
 	case gate != nil:
 		return gatedReader{a.reader, gate, gateTrace(gate)}
 	default:

@@ -92,6 +92,7 @@ func TestMountEveryCodec(t *testing.T) {
 				m.stop(t)
 				if i == 0 && tc.streamOnly {
 					checkLocalCopyRefill(t, url, cache, ref)
+					checkStagingMount(t, url, cache, ref)
 				}
 			}
 		})
@@ -133,6 +134,46 @@ func checkLocalCopyRefill(t *testing.T, url, cache, ref string) {
 	if _, err := os.Stat(copies[0]); err != nil {
 		t.Errorf("decoded copy not written again: %v", err)
 	}
+}
+
+// checkStagingMount mounts with --materialize a stream-only archive whose
+// saved index is kept but whose decoded copy was removed, as a fleet boots
+// with a published index: the archive is decoded into DIR, not into a
+// copy, the mount serves the tree meanwhile, and DIR ends up as tar -x
+// makes it. A second mount over the complete DIR decodes nothing.
+func checkStagingMount(t *testing.T, url, cache, ref string) {
+	t.Helper()
+	copies, _ := filepath.Glob(filepath.Join(cache, "decoded", "*.tar"))
+	for _, c := range copies {
+		if err := os.Remove(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "mat")
+	opts := libOptions(cache)
+	opts.Span = 256 << 10
+	m := libMountWith(t, url, opts, libMountOptions{materialize: dir})
+	if !strings.Contains(m.log.String(), "decoding the archive into the materialized directory") {
+		t.Errorf("no message about decoding the archive into DIR:\n%s", m.log)
+	}
+	treecmp.Compare(t, ref, m.dir, treecmp.Options{MaxErrors: 20})
+	m.waitMaterialized(t)
+	treecmp.Compare(t, ref, dir, treecmp.Options{MaxErrors: 20})
+	if m.a.DecodeDone() != nil {
+		t.Errorf("a decode pass wrote the decoded copy too:\n%s", m.log)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "decoded", "*")); len(left) != 0 {
+		t.Errorf("got decoded copies %q, want none", left)
+	}
+	m.stop(t)
+
+	again := libMountWith(t, url, opts, libMountOptions{materialize: dir})
+	treecmp.Compare(t, ref, again.dir, treecmp.Options{MaxErrors: 20})
+	again.waitMaterialized(t)
+	if p := again.a.Status().Index.Pass; p != nil || again.a.DecodeDone() != nil {
+		t.Errorf("the mount over the complete DIR decoded the archive (pass %+v):\n%s", p, again.log)
+	}
+	again.stop(t)
 }
 
 // TestPackMountsWithoutPass packs a directory and a .tar.xz with `tarmount
