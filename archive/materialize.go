@@ -196,7 +196,20 @@ func (m *Materializer) run() error {
 		if s.err != nil {
 			// What it staged was never checked to the end.
 			m.job.Load().Abandon()
-			return fmt.Errorf("%w: %w", index.ErrPassFailed, s.err)
+			if errors.Is(s.err, context.Canceled) || !resumable(s.err) {
+				return fmt.Errorf("%w: %w", index.ErrPassFailed, s.err)
+			}
+			// Not for the archive (a full disk, say): the job opens
+			// DIR again and reads the spans from the decoded copy,
+			// which a decode pass writes (decode.go), and resumes
+			// after a pause if it fails again.
+			m.job.Load().Close()
+			job, err := materialize.Open(m.dir, m.key, m.opts)
+			if err != nil {
+				return err
+			}
+			m.resetProgress()
+			m.job.Store(job)
 		}
 	}
 	// Its own reader straight on the source: span decodes neither go

@@ -28,9 +28,12 @@ import (
 // name the index gives it. So the bytes a reader gets are checked against
 // the index, as a span read from a decoded copy is.
 //
-// When it fails, the materialization stops with its error, and a read of
-// a file not yet in DIR is served from the archive: its decoded copy is
-// then written by a decode pass that the read starts (waitingCopy). When
+// When it fails, a read of a file not yet in DIR is served from the
+// archive: its decoded copy is then written by a decode pass that the
+// read starts (waitingCopy). The materialization stops with the error
+// when it is the archive's (changed, gone, corrupt); else (a full disk,
+// say) it opens DIR again and reads its spans from that copy, resuming
+// after a pause as after any such failure (Materializer.run). When
 // DIR is complete already (a later boot), there is no pass: reads wait
 // for the job to open their file in DIR, and nothing is decoded unless
 // the job fails.

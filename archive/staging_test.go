@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tarmount/tarmount/internal/testutil"
 )
 
 // TestStagingPass mounts with a materialization a stream-only archive
@@ -142,10 +146,7 @@ func TestStagingPass(t *testing.T) {
 func TestStagingPassFails(t *testing.T) {
 	ctx := context.Background()
 	tree := testTree(25)
-	served := t.TempDir()
-	size := streamOnlyArchive(t, served, "stream", tree)
-	publishLocal(t, filepath.Join(served, "a.tar.zst"))
-	srv := newGatedServer(t, served, "a.tar.zst", size)
+	srv, size := servePublished(t, tree)
 	srv.set(size/2, false)
 	a, err := Open(ctx, srv.url, decodeOptions(t, nil))
 	if err != nil {
@@ -180,6 +181,71 @@ func TestStagingPassFails(t *testing.T) {
 	if p := a.Status().Index.Pass; p == nil || p.Error == "" {
 		t.Errorf("got pass %+v, want its error", p)
 	}
+}
+
+// TestStagingPassDiskFull fills DIR (a small tmpfs) during the staging
+// pass: that is no fault of the archive, so the materialization is not
+// given up but resumes later, reading the spans from the decoded copy,
+// which a decode pass writes; files read through the mount meanwhile come
+// from that copy.
+func TestStagingPassDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "needs root to mount a tmpfs")
+	}
+	ctx := context.Background()
+	tree := testTree(25)
+	srv, _ := servePublished(t, tree)
+	small := t.TempDir()
+	if err := unix.Mount("tarmount-test", small, "tmpfs", 0, "size=1m"); err != nil {
+		testutil.Missing(t, "mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(small, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount tmpfs: %v", err)
+		}
+	})
+	log := newSyncBuffer()
+	a, err := Open(ctx, srv.url, decodeOptions(t, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	m := startMaterializedIn(t, a, filepath.Join(small, "mat"))
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(log.String(), "decoding the archive into the materialized directory failed"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the staging pass did not fail on a full DIR:\n%s", log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	first, last := firstAndLast(t, a.Index(), tree)
+	for _, name := range []string{first, last} {
+		if got, err := readFile(a.Tree(), name, len(tree[name])); err != nil || !bytes.Equal(got, tree[name]) {
+			t.Errorf("%s: got %d bytes (err %v) after the staging pass failed, want %d", name, len(got), err, len(tree[name]))
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(log.String(), "materialize interrupted"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the materialization does not say it will resume:\n%s", log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if complete, stopped := m.State(); complete || stopped != "" {
+		t.Errorf("got the materialization complete %v, stopped %q; want it waiting to resume", complete, stopped)
+	}
+	if a.DecodeDone() == nil {
+		t.Error("no decode pass wrote the decoded copy")
+	}
+}
+
+// servePublished serves the files of tree as a stream-only archive
+// (streamOnlyArchive) with its index published beside it, and returns the
+// server and the archive's size.
+func servePublished(t *testing.T, tree map[string][]byte) (*gatedServer, int64) {
+	t.Helper()
+	served := t.TempDir()
+	size := streamOnlyArchive(t, served, "stream", tree)
+	publishLocal(t, filepath.Join(served, "a.tar.zst"))
+	return newGatedServer(t, served, "a.tar.zst", size), size
 }
 
 // decodedFiles lists what the cache holds of decoded copies (written,

@@ -144,14 +144,17 @@ func printStatus(w io.Writer, st *archive.Status) {
 		line("index", "%s: %s", indexSourceText[st.Index.Source], passText(p))
 	case st.Index.Source == archive.Building:
 		line("index", "%s, %d entries so far", indexSourceText[st.Index.Source], st.Index.Entries)
-	case p != nil && !p.DecodedCopy:
+	case p != nil && !p.DecodedCopy && !p.IntoDir:
 		line("index", "%s in %s (%s at %s/s), %d entries, %d checkpoints", indexSourceText[st.Index.Source],
 			seconds(p.ElapsedSeconds), mb(p.BytesRead), mb(int64(p.RateBytesPerSecond)), st.Index.Entries, st.Index.Checkpoints)
 	default:
 		line("index", "%s, %d entries, %d checkpoints", indexSourceText[st.Index.Source], st.Index.Entries, st.Index.Checkpoints)
 	}
-	if p != nil && p.DecodedCopy {
+	switch {
+	case p != nil && p.DecodedCopy:
 		line("decoded copy", "%s", decodedCopyText(p))
+	case p != nil && p.IntoDir:
+		line("decoding", "%s", intoDirText(p))
 	}
 	f := st.Fetch
 	line("fetched", "%s in %d requests (%s in flight), %d retries", mb(f.Bytes), f.Requests, mb(f.InFlightBytes), f.Retries)
@@ -197,6 +200,19 @@ func decodedCopyText(p *archive.PassStatus) string {
 	}
 }
 
+// intoDirText says how far the pass that decodes a stream-only archive
+// into the materialized directory is (PassStatus.IntoDir).
+func intoDirText(p *archive.PassStatus) string {
+	switch {
+	case p.Error != "":
+		return "into the materialized directory failed (reads of what it lacks decode the archive again): " + p.Error
+	case p.Running:
+		return "into the materialized directory (reads of files not there yet wait): " + passText(p)
+	default:
+		return fmt.Sprintf("into the materialized directory done in %s (%s at %s/s)", seconds(p.ElapsedSeconds), mb(p.BytesRead), mb(int64(p.RateBytesPerSecond)))
+	}
+}
+
 // materializeText says how far materialization is, without a "0 of 0"
 // while its totals are not known.
 func materializeText(m *archive.MaterializeStatus) string {
@@ -230,8 +246,11 @@ func statusLine(st *archive.Status) string {
 	default:
 		parts = append(parts, fmt.Sprintf("serving %d entries of %s", st.Index.Entries, st.Source))
 	}
-	if p := st.Index.Pass; p != nil && p.DecodedCopy && (p.Running || p.Error != "") {
+	switch p := st.Index.Pass; {
+	case p != nil && p.DecodedCopy && (p.Running || p.Error != ""):
 		parts = append(parts, "decoded copy "+decodedCopyText(p))
+	case p != nil && p.IntoDir && (p.Running || p.Error != ""):
+		parts = append(parts, "decoding "+intoDirText(p))
 	}
 	if m := st.Materialize; m != nil {
 		verb := "materializing "

@@ -11,16 +11,21 @@ import (
 // TestStatusDecodePass prints the status of a mount whose index was
 // found without the decoded copy of its stream-only archive: the index
 // line says where it came from, not that it was built, and a line of its
-// own says how far the decode pass is, or why it failed.
+// own says how far the decode pass (or the pass that decodes it into the
+// materialized directory) is, or why it failed.
 func TestStatusDecodePass(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		pass archive.PassStatus
-		want []string // in printStatus's output and statusLine's
+		name  string
+		pass  archive.PassStatus
+		label string   // of printStatus's line
+		want  []string // in printStatus's output and statusLine's
 	}{
 		{"running", archive.PassStatus{DecodedCopy: true, Running: true, Percent: 42, BytesTotal: 100e6, Entries: 7},
-			[]string{"being written again", "42% of 100.0 MB"}},
-		{"failed", archive.PassStatus{DecodedCopy: true, Error: "gone"}, []string{"failed", "gone"}},
+			"decoded copy: ", []string{"being written again", "42% of 100.0 MB"}},
+		{"failed", archive.PassStatus{DecodedCopy: true, Error: "gone"}, "decoded copy: ", []string{"failed", "gone"}},
+		{"into DIR", archive.PassStatus{IntoDir: true, Running: true, Percent: 42, BytesTotal: 100e6, Entries: 7},
+			"decoding: ", []string{"into the materialized directory", "42% of 100.0 MB"}},
+		{"into DIR failed", archive.PassStatus{IntoDir: true, Error: "gone"}, "decoding: ", []string{"failed", "gone"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &archive.Status{Source: "https://example.com/a.tar.zst"}
@@ -33,8 +38,8 @@ func TestStatusDecodePass(t *testing.T) {
 				t.Errorf("got status\n%s\nwant the index published beside the archive", &out)
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(out.String(), "decoded copy: ") || !strings.Contains(out.String(), w) {
-					t.Errorf("got status\n%s\nwant a decoded copy line with %q", &out, w)
+				if !strings.Contains(out.String(), tc.label) || !strings.Contains(out.String(), w) {
+					t.Errorf("got status\n%s\nwant a %q line with %q", &out, tc.label, w)
 				}
 				if !strings.Contains(line, w) {
 					t.Errorf("got status line %q, want %q", line, w)
