@@ -167,7 +167,10 @@ func (s *staging) open(ctx context.Context, id index.EntryID) (*os.File, error) 
 	if e == nil || e.Type != index.TypeReg || e.Size == 0 {
 		return nil, nil
 	}
+	// A sparse file waits to be materialized: its digest covers its
+	// data, not where the sparse map puts it.
 	want, hasSum := ix.MemberDigest(id)
+	hasSum = hasSum && !e.Sparse
 	off, name := int64(e.DataOffset), ix.Path(id)
 	var tick *time.Ticker
 	for {
