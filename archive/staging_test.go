@@ -178,8 +178,16 @@ func TestStagingPassFails(t *testing.T) {
 	if complete, stopped := m.State(); complete || stopped == "" {
 		t.Errorf("got the materialization complete %v, stopped %q; want it stopped by the failed pass", complete, stopped)
 	}
-	if p := a.Status().Index.Pass; p == nil || p.Error == "" {
-		t.Errorf("got pass %+v, want its error", p)
+	// The read that failed started the decode pass, whose error
+	// status shows once it has ended.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if p := a.Status().Index.Pass; p != nil && p.Error != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not say the pass failed: %s", statusJSON(t, a))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
