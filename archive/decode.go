@@ -88,15 +88,24 @@ func (a *Archive) decode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("decode %s: %w", a, err)
 	}
-	if !sameStream(ix, a.ix) {
-		return fmt.Errorf("decode %s: %w: the archive decodes to another tar stream than its index (from %s) describes",
-			a, index.ErrCorrupt, a.from)
+	if err := a.checkStream(ix); err != nil {
+		return err
 	}
 	if err := w.commit(a.ix.TarSize); err != nil {
 		return fmt.Errorf("decode %s: %w", a, err)
 	}
 	a.log.Info("decoded copy written", "path", a.decodedPath(), "len", a.ix.TarSize,
 		"elapsed", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// checkStream fails unless ix, which a pass that decoded the archive
+// again built, describes the tar stream of the archive's index.
+func (a *Archive) checkStream(ix *index.Index) error {
+	if !sameStream(ix, a.ix) {
+		return fmt.Errorf("decode %s: %w: the archive decodes to another tar stream than its index (from %s) describes",
+			a, index.ErrCorrupt, a.from)
+	}
 	return nil
 }
 

@@ -106,9 +106,8 @@ func (s *staging) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("decode %s into %s: %w", a, s.m.dir, err)
 	}
-	if !sameStream(ix, a.ix) {
-		return fmt.Errorf("decode %s: %w: the archive decodes to another tar stream than its index (from %s) describes",
-			a, index.ErrCorrupt, a.from)
+	if err := a.checkStream(ix); err != nil {
+		return err
 	}
 	a.log.Info("decoded into the materialized directory", "path", s.m.dir, "len", ix.TarSize,
 		"elapsed", time.Since(start).Round(time.Millisecond))
