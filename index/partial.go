@@ -53,10 +53,11 @@ import (
 // from the decoded copy (a zstd frame too big to decode per read).
 //
 // Inside such spans, a codec that follows its decoder's state there
-// (codec.midKind: zstd, at block boundaries) writes one more resume
-// point when ctx stops the pass: an 'R' record whose payload ends with
-// that mid point (a checkpoint of kind midKind, then its pass state)
-// after the digests. The resumed pass starts at the mid point rather
+// (codec.midKind: zstd, at block boundaries) writes more resume points:
+// one when ctx stops the pass, and, so that a crash keeps some too, one
+// as the pass goes every midEvery bytes of output (partialLog.midDue).
+// Each is an 'R' record whose payload ends with that mid point (a
+// checkpoint of kind midKind, then its pass state) after the digests. The resumed pass starts at the mid point rather
 // than the latest checkpoint, whose span digest it goes on computing from
 // the state kept in the mid point; the mid point never enters an index.
 // The rule for the bytes before it: they are served from the decoded
@@ -346,8 +347,9 @@ type partialLog struct {
 	local   bool   // a span served from the decoded copy was reached: no more resume points at checkpoints
 	// mid, if set, is the pass decoder that gives a mid point when ctx
 	// stops the pass; cand is the member start it was last told of.
-	mid  midResumer
-	cand midCandidate
+	mid      midResumer
+	cand     midCandidate
+	midTried int64 // tar offset of the latest mid point that could not be made as the pass went
 }
 
 // midResumer is a pass decoder that can resume inside a span served from
@@ -359,6 +361,10 @@ type midResumer interface {
 	// start it was told of, with its window and pass state; false when
 	// it has none.
 	midPoint() (Checkpoint, bool)
+	// midEvery is how much tar output a mid point written as the pass
+	// goes must follow the latest resume point by at least (0: none is
+	// written before the pass stops): each costs compressing a window.
+	midEvery() int64
 }
 
 // midCandidate is a member start a mid point may resume at.
@@ -520,21 +526,37 @@ func (l *partialLog) write(ix *Index, st tarscan.State, k int, mid *Checkpoint) 
 	}
 }
 
-// writeMid logs the mid point the pass decoder gives, when ctx stopped
-// the pass: it resumes at the latest member start the decoder was told of.
-func (l *partialLog) writeMid(ix *Index) {
+// writeMid logs the mid point the pass decoder gives (when ctx stopped
+// the pass, or midDue said so): it resumes at the latest member start the
+// decoder was told of. It reports whether it logged one.
+func (l *partialLog) writeMid(ix *Index) bool {
 	if l.err != nil || l.mid == nil || !l.cand.ok {
-		return
+		return false
 	}
 	mid, ok := l.mid.midPoint()
 	if !ok || int64(mid.Out) > l.cand.st.Offset || l.points > 0 && int64(mid.In) <= l.in {
-		return
+		return false
 	}
 	k := resumeAt(ix, int64(mid.Out))
 	if k < 0 || k+1 < l.cps {
-		return // before what is logged already
+		return false // before what is logged already
 	}
 	l.write(ix, l.cand.st, k, &mid)
+	return l.err == nil
+}
+
+// midDue reports whether a mid point is due before the member that
+// starts at off, inside spans served from the decoded copy: so that a
+// crash, which writes nothing at the end, loses at most the output since
+// the latest one. They come at most every midEvery bytes of tar and every
+// quarter of the output so far (a few dozen in all, whatever the size),
+// and a mid point that could not be made is tried again a span later.
+func (l *partialLog) midDue(off, span int64) bool {
+	if !l.local {
+		return false
+	}
+	every := l.mid.midEvery()
+	return every > 0 && off-l.lastOut >= max(every, off/4) && off-l.midTried >= span
 }
 
 // point logs a resume point before the member that the scan, now at st,
@@ -549,6 +571,9 @@ func (l *partialLog) point(ix *Index, st tarscan.State) {
 	if l.mid != nil && l.members > 0 {
 		l.mid.memberAt(st.Offset)
 		l.cand = midCandidate{ok: true, members: l.members, st: tarscan.State{Offset: st.Offset, Global: slices.Clone(st.Global)}}
+		if l.midDue(st.Offset, ix.Span) && !l.writeMid(ix) {
+			l.midTried = st.Offset
+		}
 	}
 }
 

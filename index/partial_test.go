@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index/inflate"
 	"github.com/tarmount/tarmount/index/tarscan"
@@ -471,5 +473,106 @@ func TestNoMidPoints(t *testing.T) {
 		case !no && (err != nil || p.LocalBefore() == 0):
 			t.Errorf("a stopped pass kept no resume point inside the frame: %v", err)
 		}
+	}
+}
+
+// TestPartialCrash: a pass over a one-frame zstd archive writes mid
+// points as it goes, so that a crash (which writes nothing at the end)
+// leaves a partial index that resumes inside the frame. The partial index
+// and the decoded copy are taken as a crash would leave them, at several
+// members; each resumes, reads the object only from its mid point on, and
+// ends with the index of a whole pass and the whole decoded copy.
+func TestPartialCrash(t *testing.T) {
+	raw := tarBytes(t, resumeMembers())
+	for _, c := range []struct {
+		name string
+		make func(testing.TB, []byte) []byte
+	}{
+		{"klauspost", klauspostZstd(zstd.WithWindowSize(128 << 10))},
+		{"zstd-cli", cli("zstd", "-q", "-3", "--zstd=wlog=17")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := c.make(t, raw)
+			id := fetch.Identity{Size: int64(len(obj)), ETag: `"v1"`}
+			const span = 16 << 10 // mid points every 32 windows: 4 MiB
+			full, err := Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: span, Local: &memFile{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := full.Marshal()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "p.partial")
+			var crashes []struct {
+				partial []byte
+				local   []byte
+				at      int
+			}
+			local := &memFile{}
+			seen := 0
+			errCrash := errors.New("crash")
+			opts := BuildOptions{Span: span, Partial: path, Local: local}
+			opts.OnMember = func(*tarscan.Header, io.Reader) error {
+				seen++
+				if seen%40 == 0 || seen == 295 {
+					data, err := os.ReadFile(path)
+					if err != nil {
+						return err
+					}
+					crashes = append(crashes, struct {
+						partial []byte
+						local   []byte
+						at      int
+					}{data, bytes.Clone(local.data), seen})
+				}
+				if seen == 295 {
+					return errCrash
+				}
+				return nil
+			}
+			if _, err := Build(context.Background(), bytes.NewReader(obj), id, opts); !errors.Is(err, errCrash) {
+				t.Fatalf("the crashed pass: got %v, want %v", err, errCrash)
+			}
+			resumed := 0
+			var latest int64
+			for _, cr := range crashes {
+				snap := filepath.Join(dir, fmt.Sprintf("crash-%d.partial", cr.at))
+				if err := os.WriteFile(snap, cr.partial, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				p, err := LoadPartial(snap, id)
+				if errors.Is(err, ErrNoPartial) {
+					continue
+				}
+				if err != nil {
+					t.Fatalf("crash at member %d: %v", cr.at, err)
+				}
+				if p.LocalBefore() == 0 {
+					t.Fatalf("crash at member %d: the partial index resumes at a checkpoint, want inside the frame", cr.at)
+				}
+				if int64(len(cr.local)) < p.LocalBefore() {
+					t.Fatalf("crash at member %d: the copy holds %d bytes, the partial index needs %d", cr.at, len(cr.local), p.LocalBefore())
+				}
+				resumed++
+				latest = p.In()
+				copyAt := &memFile{data: cr.local}
+				copyAt.truncate(p.LocalBefore())
+				got, err := Build(context.Background(), bytes.NewReader(obj[p.From():]), id,
+					BuildOptions{Span: span, Partial: snap, Resume: p, Local: copyAt})
+				if err != nil {
+					t.Fatalf("crash at member %d: the resumed pass: %v", cr.at, err)
+				}
+				if b, _ := got.Marshal(); !bytes.Equal(b, want) {
+					t.Errorf("crash at member %d: the resumed pass gave another index than a whole pass", cr.at)
+				}
+				if !bytes.Equal(copyAt.data[:len(raw)], raw) {
+					t.Errorf("crash at member %d: the decoded copy differs from the tar", cr.at)
+				}
+			}
+			// The tar is about 8.6 MB: mid points near 4 and 8 MiB.
+			if resumed < 2 || latest < int64(len(obj))/2 {
+				t.Errorf("%d of %d crashes resumed, the latest reading from %d of %d bytes: want 2 or more, past half",
+					resumed, len(crashes), latest, len(obj))
+			}
+		})
 	}
 }

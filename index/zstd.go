@@ -444,6 +444,16 @@ func (z *zstdPass) midPoint() (Checkpoint, bool) {
 	return z.tr.point(z.rec.localFrom, z.rec.localIn)
 }
 
+// midEvery is how far apart mid points written as the pass goes are:
+// 16 spans, and 32 windows, so that compressing the window for each
+// costs a few percent of the decoding.
+func (z *zstdPass) midEvery() int64 {
+	if z.tr == nil || z.tr.dead {
+		return 0
+	}
+	return max(16*z.rec.span, 32*z.tr.window)
+}
+
 func (z *zstdPass) finish() (int64, int64, error) {
 	defer z.dec.Close()
 	defer func() {
