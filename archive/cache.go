@@ -21,9 +21,11 @@ import (
 //	indexes/NAMEHASH-KEY.idx      its saved index (saved.go)
 //	indexes/NAMEHASH-KEY.partial  the partial index of a pass that stopped
 //	indexes/NAMEHASH-KEY.warned   says the stream-only warning was given
+//	indexes/NAMEHASH-KEY.lock     locked by the pass that keeps the partial index (lockPass)
 //	indexes/NAMEHASH.name         the archive's name (fetch.Name), for cache ls
 //	blocks/KEY/...                fetched blocks, shared by every name of KEY
 //	decoded/NAMEHASH-KEY.tar      the decoded copy of a stream-only archive
+//	decoded/NAMEHASH-KEY.kept.tar the copy a pass is writing, or a stopped one kept (decoded.go)
 //
 // KEY is the version's fetch.Identity.Key. CachedVersions lists them,
 // PruneCache and RemoveCached remove whole versions. Removing what a
@@ -137,7 +139,7 @@ func CachedVersions(cacheDir string) ([]CachedVersion, error) {
 	}
 	for _, e := range ents {
 		nameHash, key, ext, ok := splitCacheName(e.Name())
-		if !ok || (ext != ".idx" && ext != ".partial" && ext != ".warned") {
+		if !ok || (ext != ".idx" && ext != ".partial" && ext != ".warned" && ext != ".lock") {
 			continue
 		}
 		st, err := e.Info()
@@ -148,7 +150,7 @@ func CachedVersions(cacheDir string) ([]CachedVersion, error) {
 		p := filepath.Join(dir, e.Name())
 		add(v, p, st.ModTime())
 		keysNamed[key] = true
-		if ext == ".warned" {
+		if ext == ".warned" || ext == ".lock" {
 			continue
 		}
 		if ext == ".partial" {
@@ -162,13 +164,14 @@ func CachedVersions(cacheDir string) ([]CachedVersion, error) {
 	}
 	ents, _ = os.ReadDir(filepath.Join(cacheDir, "decoded"))
 	for _, e := range ents {
-		nameHash, key, ext, ok := splitCacheName(e.Name())
+		// A kept copy (keptPath) counts with its version.
+		nameHash, key, ext, ok := splitCacheName(strings.Replace(e.Name(), ".kept.tar", ".tar", 1))
 		if !ok || ext != ".tar" {
 			continue
 		}
 		if st, err := e.Info(); err == nil {
 			v := get(nameHash, key)
-			v.DecodedBytes = st.Size()
+			v.DecodedBytes += st.Size()
 			add(v, filepath.Join(cacheDir, "decoded", e.Name()), st.ModTime())
 		}
 	}

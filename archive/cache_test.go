@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -106,11 +107,36 @@ func TestCacheVersions(t *testing.T) {
 	if len(vs) != 1 {
 		t.Fatalf("got %d versions, want 1", len(vs))
 	}
+	// A decoded copy kept by a pass that stopped or crashed counts with
+	// its version, and goes with it; so does the pass lock (lockPass).
+	var prefix string
+	for _, p := range vs[0].paths {
+		if strings.HasSuffix(p, ".idx") {
+			prefix = strings.TrimSuffix(filepath.Base(p), ".idx")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(opts.CacheDir, "indexes", prefix+".lock")); err != nil {
+		t.Errorf("the pass left no lock file: %v", err)
+	}
+	kept := filepath.Join(opts.CacheDir, "decoded", prefix+".kept.tar")
+	os.MkdirAll(filepath.Dir(kept), 0o755)
+	if err := os.WriteFile(kept, make([]byte, 1000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vs, _ = CachedVersions(opts.CacheDir)
+	if len(vs) != 1 || vs[0].DecodedBytes != 1000 {
+		t.Fatalf("with a kept copy: got %+v, want 1 version with 1000 decoded bytes", vs)
+	}
 	if _, err := RemoveCached(opts.CacheDir, vs[0].Name); err != nil {
 		t.Fatal(err)
 	}
 	if vs, _ := CachedVersions(opts.CacheDir); len(vs) != 0 {
 		t.Errorf("after rm: got %+v, want an empty cache", vs)
+	}
+	for _, dir := range []string{"indexes", "decoded"} {
+		if ents, _ := os.ReadDir(filepath.Join(opts.CacheDir, dir)); len(ents) != 0 {
+			t.Errorf("after rm, %s holds %d files, want none", dir, len(ents))
+		}
 	}
 }
 

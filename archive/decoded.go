@@ -55,6 +55,20 @@ type decodedWriter struct {
 	grown   int64
 	failed  error         // why the copy will not grow any more (fail)
 	changed chan struct{} // closed when grown or failed change; nil when nobody waits
+	// asItGoes: the copy is written under keptPath from its first byte
+	// (keepAsItGoes), not under a temporary name.
+	asItGoes bool
+}
+
+// keepAsItGoes makes the copy written from now on go under keptPath, as
+// keep would leave it: a pass that writes mid points into its partial
+// index as it goes (index.Partial.LocalBefore) leaves its copy where the
+// next pass finds it after a crash too. The caller holds the pass lock
+// (lockPass), so no other pass writes there.
+func (w *decodedWriter) keepAsItGoes() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.asItGoes = true
 }
 
 // ReadAt reads the copy as written so far, for the mount while its index
@@ -89,7 +103,13 @@ func (w *decodedWriter) WriteAt(p []byte, off int64) (int, error) {
 		if err := os.MkdirAll(filepath.Dir(w.path), 0o755); err != nil {
 			return 0, err
 		}
-		f, err := os.CreateTemp(filepath.Dir(w.path), ".tmp-*.tar")
+		var f *os.File
+		var err error
+		if w.asItGoes {
+			f, err = os.OpenFile(keptPath(w.path), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		} else {
+			f, err = os.CreateTemp(filepath.Dir(w.path), ".tmp-*.tar")
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -228,8 +248,10 @@ func (w *decodedWriter) keep() {
 		return
 	}
 	w.f.Close()
-	if err := os.Rename(w.f.Name(), keptPath(w.path)); err != nil {
-		os.Remove(w.f.Name())
+	if name := w.f.Name(); name != keptPath(w.path) {
+		if err := os.Rename(name, keptPath(w.path)); err != nil {
+			os.Remove(name)
+		}
 	}
 	w.f = nil
 }

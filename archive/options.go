@@ -40,7 +40,9 @@ type Options struct {
 	// index fits.
 
 	// Rebuild ignores the saved and the published index: the first pass
-	// runs again (an index embedded in the archive is still used).
+	// runs again (an index embedded in the archive is still used, and a
+	// pass over this version that stopped early is resumed: it ends
+	// with the same index).
 	Rebuild bool
 	// NoSidecar does not look for an index published beside the archive.
 	NoSidecar bool

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tarmount/tarmount/fetch"
@@ -192,10 +196,24 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	// A pass that stopped early kept a partial index: this one resumes
 	// at its latest checkpoint and fetches only the rest, past the bytes
 	// it kept from there on (its tail).
+	// Only one pass at a time keeps it, and the decoded copy beside it: a
+	// second pass over the same version (another process, say) runs
+	// without either.
 	partial := partialPath(a.opts.CacheDir, a.base.String(), a.Identity())
+	unlock, ok := lockPass(partial)
+	if !ok {
+		log.Info("another pass over this archive keeps its partial index: this one keeps none", "src", a.String())
+		partial = ""
+	}
+	defer unlock()
 	resume, err := index.LoadPartial(partial, a.Identity())
+	if err == nil && a.opts.Span > 0 && resume.Span != a.opts.Span {
+		// What it resumes keeps its own span: asked for another, it
+		// starts over.
+		resume, err = nil, index.ErrNoPartial
+	}
 	switch {
-	case err == nil && !a.opts.Rebuild:
+	case err == nil:
 		log.Info("resuming the index pass", "src", a.String(), "members", resume.Members(),
 			"done", fmt.Sprintf("%.0f%%", 100*float64(resume.In())/float64(max(size, 1))), "kept", resume.From()-resume.In())
 	case err != nil && !errors.Is(err, index.ErrNoPartial):
@@ -209,6 +227,11 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	// it; without that copy, only a pass that serves no reads (an index
 	// build) may resume there.
 	kept, _ := decoded.(*decodedWriter)
+	if kept != nil && partial != "" {
+		// A crash leaves the copy under the name the next pass
+		// looks for, with the partial index's latest mid point.
+		kept.keepAsItGoes()
+	}
 	switch {
 	case resume == nil || resume.LocalBefore() == 0:
 		if kept != nil {
@@ -286,6 +309,28 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	log.Info("indexed", "entries", ix.Len(), "codec", ix.Codec.String(), "checkpoints", len(ix.Checkpoints),
 		"elapsed", time.Since(start).Round(time.Millisecond), "fetched", st.BytesFetched)
 	return ix, nil
+}
+
+// lockPass takes the lock of the pass that keeps the partial index at
+// partial (KEY.lock beside it, locked with flock, so a crash releases
+// it; it stays, empty, until the version leaves the cache);
+// it reports false when another pass holds it. unlock releases it.
+func lockPass(partial string) (unlock func(), ok bool) {
+	if partial == "" {
+		return func() {}, false
+	}
+	if err := os.MkdirAll(filepath.Dir(partial), 0o755); err != nil {
+		return func() {}, true // the partial index will not be written either
+	}
+	f, err := os.OpenFile(strings.TrimSuffix(partial, ".partial")+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return func() {}, true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return func() {}, !errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	return func() { f.Close() }, true
 }
 
 // passProgress counts the first pass's progress, for Status. The pass

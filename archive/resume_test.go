@@ -172,3 +172,27 @@ func passRead(a *Archive) int64 {
 	}
 	return 0
 }
+
+// TestLockPass: one pass at a time holds the lock beside a partial index
+// (a second open of it, in this process or another, does not get it),
+// and it is free again once released.
+func TestLockPass(t *testing.T) {
+	partial := filepath.Join(t.TempDir(), "indexes", "x-k.partial")
+	unlock, ok := lockPass(partial)
+	if !ok {
+		t.Fatal("the first lock: got false, want it held")
+	}
+	if unlock2, ok := lockPass(partial); ok {
+		unlock2()
+		t.Fatal("a second lock while the first is held: got true, want false")
+	}
+	unlock()
+	unlock3, ok := lockPass(partial)
+	if !ok {
+		t.Fatal("a lock after the release: got false, want it held")
+	}
+	unlock3()
+	if _, ok := lockPass(""); ok {
+		t.Error("a lock without a partial index: got true, want false")
+	}
+}

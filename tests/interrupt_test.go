@@ -29,14 +29,34 @@ type slowArchive struct {
 }
 
 func newSlowArchive(t *testing.T) *slowArchive {
+	return newSlowArchiveAs(t, "a.tar.gz")
+}
+
+// newSlowArchiveAs is newSlowArchive with the archive named name, which
+// says how it is compressed: .tar.gz by GNU tar (gzip -6), .tar.zst by
+// the zstd CLI (-3, one frame) with a window of 64 KiB (--zstd=wlog=16),
+// so that a pass over its 20 MB of tar finds room for resume points
+// inside the frame (a mid point every 32 windows).
+func newSlowArchiveAs(t *testing.T, name string) *slowArchive {
 	t.Helper()
 	s := &slowArchive{work: t.TempDir()}
 	src, served := filepath.Join(s.work, "src"), filepath.Join(s.work, "served")
 	s.ref = filepath.Join(s.work, "ref")
 	os.Mkdir(served, 0o755)
 	corpus.MakeTree(t, src, corpus.TreeOptions{Many: 2000})
-	archive := filepath.Join(served, "a.tar.gz")
-	tarbuild.Archive(t, src, archive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	archive := filepath.Join(served, name)
+	switch {
+	case strings.HasSuffix(name, ".tar.gz"):
+		tarbuild.Archive(t, src, archive, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "gzip"})
+	case strings.HasSuffix(name, ".tar.zst"):
+		plain := filepath.Join(s.work, "a.tar")
+		tarbuild.Archive(t, src, plain, tarbuild.Spec{Tool: "gnutar", Format: "posix", Codec: "none"})
+		if out, err := exec.Command("zstd", "-q", "-3", "--zstd=wlog=16", plain, "-o", archive).CombinedOutput(); err != nil {
+			t.Fatalf("zstd: %v\n%s", err, out)
+		}
+	default:
+		t.Fatalf("newSlowArchiveAs: no codec for %s", name)
+	}
 	tarbuild.Extract(t, archive, s.ref)
 	st, err := os.Stat(archive)
 	if err != nil {
@@ -46,7 +66,7 @@ func newSlowArchive(t *testing.T) *slowArchive {
 	s.h = shaped.NewHandler(served, shaped.Options{Latency: 50 * time.Millisecond})
 	srv := httptest.NewServer(s.h)
 	t.Cleanup(func() { srv.Close(); s.h.Close() })
-	s.url = srv.URL + "/a.tar.gz"
+	s.url = srv.URL + "/" + name
 	return s
 }
 

@@ -22,7 +22,9 @@ path, or s3:// with PutObject), where every later mount, extract or ls of
 the archive, on any machine, finds it by itself (--no-sidecar: they do not
 look). For an http(s) archive, copy FILE there as URL` + archive.SidecarSuffix + `.
 Ctrl-C (SIGINT) or SIGTERM stops it with "tarmount: index URL: interrupted",
-exit 130 or 143, and saves nothing.`,
+exit 130 or 143, and saves no index; the next index, mount or extract of
+the same archive resumes its pass where it stopped (so does one after a
+crash), fetching only the rest.`,
 		Example: `  tarmount index s3://bucket/runtime.tar.gz --publish
   tarmount index https://example.com/runtime.tar.gz -o runtime.tar.gz` + archive.SidecarSuffix + `
   tarmount https://example.com/runtime.tar.gz /mnt/runtime --index runtime.tar.gz` + archive.SidecarSuffix + `
