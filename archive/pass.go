@@ -238,7 +238,7 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 			kept.keep() // none to keep: removes a stale one
 		}
 	case kept != nil && kept.adopt(resume.LocalBefore()):
-	case kept == nil && a.opts.IndexOnly:
+	case kept == nil && a.opts.IndexOnly && !resume.ReadsLocal():
 	default:
 		log.Info("the decoded copy the stopped pass kept is missing: the pass starts over", "src", a.String())
 		resume = resume.WithoutLocal()

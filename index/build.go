@@ -67,7 +67,9 @@ type BuildOptions struct {
 	// from Resume.In() with Resume's span. OnMember sees only the members
 	// after it. When Resume.LocalBefore() is not 0, Local must already
 	// hold the decoded bytes before it (the copy the stopped pass wrote):
-	// the pass writes only those after.
+	// the pass writes only those after; when Resume.ReadsLocal(), Local
+	// must also be an io.ReaderAt, which the pass reads those of the
+	// member it resumes in from.
 	Resume *Partial
 	// Partial, if not "", is where the pass keeps its partial index as it
 	// goes (it continues Resume's), for a codec whose pass can resume:
@@ -180,6 +182,12 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 	var dec passDecoder
 	if codec.compressed() {
 		var stop func()
+		var local io.ReaderAt
+		if p != nil && p.ReadsLocal() {
+			if local, _ = opts.Local.(io.ReaderAt); local == nil {
+				return nil, fmt.Errorf("%w: the partial index resumes inside a member, which needs the decoded copy", ErrUnsupported)
+			}
+		}
 		if p != nil {
 			dec, stop, err = resumePass(pr, p, rec, add)
 		} else {
@@ -190,6 +198,10 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 		defer stop() // what the decoder runs, when the build ends early
 		tarStream = dec
+		if local != nil {
+			// From the member's start to where decoding resumes.
+			tarStream = io.MultiReader(io.NewSectionReader(local, p.scan.Offset, int64(p.mid.Out)-p.scan.Offset), dec)
+		}
 		if m, ok := dec.(midResumer); ok && plog != nil {
 			plog.mid = m
 		}
@@ -197,6 +209,15 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		if err := replay(p, add); err != nil {
 			return nil, err
 		}
+	}
+	if plog != nil && plog.mid != nil {
+		// Mid points come due inside long members' data too.
+		t := &tickReader{r: tarStream, every: 1 << 20, tick: func(pos int64) { plog.tick(ix, pos) }}
+		if p != nil {
+			t.pos = p.scan.Offset
+		}
+		t.next = t.pos + t.every
+		tarStream = t
 	}
 	var sc *tarscan.Scanner
 	if p != nil {
@@ -373,4 +394,22 @@ func openPartialLog(path string, id fetch.Identity, codec Codec, span int64, p *
 		return appendPartialLog(path, p)
 	}
 	return createPartialLog(path, id, codec, span)
+}
+
+// tickReader calls tick with the offset read to, about every every bytes
+// read from r.
+type tickReader struct {
+	r         io.Reader
+	pos, next int64
+	every     int64
+	tick      func(pos int64)
+}
+
+func (t *tickReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if t.pos += int64(n); t.pos >= t.next {
+		t.next = t.pos + t.every
+		t.tick(t.pos)
+	}
+	return n, err
 }

@@ -155,6 +155,15 @@ func (p *Partial) LocalBefore() int64 {
 	return int64(p.mid.Out)
 }
 
+// ReadsLocal reports whether the resumed pass reads part of the tar
+// stream from BuildOptions.Local: it resumes decoding inside a member's
+// data, past the member start it scans on from (a mid point written
+// when that member's data was too long for the window at its start to
+// be held), and reads the bytes between the two from the local copy.
+func (p *Partial) ReadsLocal() bool {
+	return p.mid != nil && int64(p.mid.Out) > p.scan.Offset
+}
+
 // WithoutLocal returns p for a caller that does not have the local copy
 // LocalBefore asks for: nil (start over) when p resumes at a mid point.
 func (p *Partial) WithoutLocal() *Partial {
@@ -300,7 +309,7 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header, memberDiges
 			Flags: d.byte("flags"), Out: UncompressedOffset(d.uvarint("out"))}
 		mid.window, mid.pass = []byte(d.raw("window")), []byte(d.raw("pass state"))
 		if d.err != nil || d.pos != len(d.buf) || len(cps) == 0 || mid.Kind == 0 || mid.Kind != p.Codec.def().midKind ||
-			mid.Bit != 0 || mid.Out < cps[len(cps)-1].Out || int64(mid.Out) > st.Offset || mid.In < cps[len(cps)-1].In {
+			mid.Bit != 0 || mid.Out < cps[len(cps)-1].Out || mid.In < cps[len(cps)-1].In {
 			return false
 		}
 	}
@@ -312,7 +321,7 @@ func (p *Partial) applyResume(d *decoder, headers []*tarscan.Header, memberDiges
 	switch {
 	case d.err != nil, count > uint64(len(headers)):
 		return false
-	case p.Codec.compressed() && (len(cps) == 0 || len(spanDigests) != len(cps)-1 || int64(cps[len(cps)-1].Out) > st.Offset):
+	case p.Codec.compressed() && (len(cps) == 0 || len(spanDigests) != len(cps)-1 || mid == nil && int64(cps[len(cps)-1].Out) > st.Offset):
 		return false
 	case !p.Codec.compressed() && len(cps) != 0:
 		return false
@@ -361,6 +370,10 @@ type midResumer interface {
 	// start it was told of, with its window and pass state; false when
 	// it has none.
 	midPoint() (Checkpoint, bool)
+	// latestPoint returns a resume point as near the end of the output
+	// so far as it has one, after the latest member start it was told
+	// of, or false.
+	latestPoint() (Checkpoint, bool)
 	// midEvery is how much tar output a mid point written as the pass
 	// goes must follow the latest resume point by at least (0: none is
 	// written before the pass stops): each costs compressing a window.
@@ -527,14 +540,21 @@ func (l *partialLog) write(ix *Index, st tarscan.State, k int, mid *Checkpoint) 
 }
 
 // writeMid logs the mid point the pass decoder gives (when ctx stopped
-// the pass, or midDue said so): it resumes at the latest member start the
-// decoder was told of. It reports whether it logged one.
+// the pass, or midDue said so): the next pass scans on from the latest
+// member start the decoder was told of, and resumes decoding at or before
+// it, or else (the member's data is too long for the window there to be
+// held) at one of the newest boundaries, reading the bytes from the
+// member's start to there from the decoded copy. It reports whether it
+// logged one.
 func (l *partialLog) writeMid(ix *Index) bool {
 	if l.err != nil || l.mid == nil || !l.cand.ok {
 		return false
 	}
 	mid, ok := l.mid.midPoint()
-	if !ok || int64(mid.Out) > l.cand.st.Offset || l.points > 0 && int64(mid.In) <= l.in {
+	if !ok || int64(mid.Out) > l.cand.st.Offset {
+		mid, ok = l.mid.latestPoint()
+	}
+	if !ok || l.points > 0 && int64(mid.In) <= l.in {
 		return false
 	}
 	k := resumeAt(ix, int64(mid.Out))
@@ -557,6 +577,14 @@ func (l *partialLog) midDue(off, span int64) bool {
 	}
 	every := l.mid.midEvery()
 	return every > 0 && off-l.lastOut >= max(every, off/4) && off-l.midTried >= span
+}
+
+// tick is told, now and then, that the scan has read the tar stream to
+// pos: a mid point may be due inside a long member's data.
+func (l *partialLog) tick(ix *Index, pos int64) {
+	if l.err == nil && l.cand.ok && l.midDue(pos, ix.Span) && !l.writeMid(ix) {
+		l.midTried = pos
+	}
 }
 
 // point logs a resume point before the member that the scan, now at st,

@@ -576,3 +576,105 @@ func TestPartialCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestPartialInMember: a one-frame zstd pass stopped, or crashed, deep
+// inside a member's data (far more than the window past its header)
+// keeps a resume point at a block boundary there: the next pass scans
+// the member again from its header, reading the bytes up to the boundary
+// from the decoded copy, decodes on from the boundary, reads the object
+// only from there, and ends with the index of a whole pass and the whole
+// copy. A caller without the copy cannot resume there (ReadsLocal).
+func TestPartialInMember(t *testing.T) {
+	var ms []member
+	for i := range 40 {
+		ms = append(ms, member{name: fmt.Sprintf("a/f%02d", i), data: randomData(uint64(i), 5000+i*300), mode: 0o644})
+	}
+	const bigSize = 48 << 20
+	ms = append(ms, member{name: "big.bin", data: zstdResumeData(3, bigSize), mode: 0o644})
+	for i := range 40 {
+		ms = append(ms, member{name: fmt.Sprintf("b/f%02d", i), data: randomData(uint64(100+i), 7000), mode: 0o644})
+	}
+	raw := tarBytes(t, ms)
+	obj := klauspostZstd(zstd.WithWindowSize(256<<10))(t, raw)
+	id := fetch.Identity{Size: int64(len(obj)), ETag: `"v1"`}
+	const span = 64 << 10
+	full, err := Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: span, Local: &memFile{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := full.Marshal()
+	errCrash := errors.New("crash")
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "p.partial")
+			local := &memFile{}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var snap []byte
+			opts := BuildOptions{Span: span, Partial: path, Local: local}
+			opts.OnMember = func(h *tarscan.Header, data io.Reader) error {
+				if h.Name != "big.bin" {
+					return nil
+				}
+				// Into the member, 40 MiB past its header: 16 MiB
+				// windows' worth beyond what is held from its start.
+				if _, err := io.CopyN(io.Discard, data, 40<<20); err != nil {
+					return err
+				}
+				if !crash {
+					cancel()
+					return ctx.Err()
+				}
+				var err error
+				if snap, err = os.ReadFile(path); err != nil {
+					return err
+				}
+				return errCrash
+			}
+			_, err := Build(ctx, bytes.NewReader(obj), id, opts)
+			if crash {
+				if !errors.Is(err, errCrash) {
+					t.Fatalf("the crashed pass: got %v, want %v", err, errCrash)
+				}
+				path = filepath.Join(dir, "crash.partial")
+				if err := os.WriteFile(path, snap, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else if !errors.Is(err, context.Canceled) {
+				t.Fatalf("the stopped pass: got %v, want it cancelled", err)
+			}
+			p, err := LoadPartial(path, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Members() != 40 || !p.ReadsLocal() {
+				t.Fatalf("the partial index resumes after %d members, reading the copy %v; want 40 and true", p.Members(), p.ReadsLocal())
+			}
+			// Past most of what the member had read: 40 MiB of its
+			// 48, mid points every 8 MiB (32 windows) as it went.
+			minOut := int64(len(raw)) / 2
+			if !crash {
+				minOut = int64(len(raw)) * 3 / 4
+			}
+			if p.LocalBefore() < minOut {
+				t.Errorf("the pass resumes at tar offset %d of %d, want past %d", p.LocalBefore(), len(raw), minOut)
+			}
+			if _, err := Build(context.Background(), bytes.NewReader(obj[p.From():]), id, BuildOptions{Span: span, Resume: p}); !errors.Is(err, ErrUnsupported) {
+				t.Errorf("a resumed pass without the copy: got %v, want ErrUnsupported", err)
+			}
+			copyAt := &memFile{data: bytes.Clone(local.data)}
+			copyAt.truncate(p.LocalBefore())
+			got, err := Build(context.Background(), bytes.NewReader(obj[p.From():]), id, BuildOptions{Span: span, Partial: path, Resume: p, Local: copyAt})
+			if err != nil {
+				t.Fatalf("the resumed pass: %v", err)
+			}
+			if b, _ := got.Marshal(); !bytes.Equal(b, want) {
+				t.Errorf("the resumed pass gave another index than a whole pass")
+			}
+			if !bytes.Equal(copyAt.data[:len(raw)], raw) {
+				t.Errorf("the decoded copy differs from the tar")
+			}
+		})
+	}
+}

@@ -444,6 +444,15 @@ func (z *zstdPass) midPoint() (Checkpoint, bool) {
 	return z.tr.point(z.rec.localFrom, z.rec.localIn)
 }
 
+// latestPoint returns a resume point at one of the newest block
+// boundaries of the frame being decoded, or false.
+func (z *zstdPass) latestPoint() (Checkpoint, bool) {
+	if z.tr == nil || !z.rec.localSpans {
+		return Checkpoint{}, false
+	}
+	return z.tr.latest(z.rec.localFrom, z.rec.localIn)
+}
+
 // midEvery is how far apart mid points written as the pass goes are:
 // 16 spans, and 32 windows, so that compressing the window for each
 // costs a few percent of the decoding.

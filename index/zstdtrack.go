@@ -64,8 +64,9 @@ type zstdMark struct {
 
 const (
 	// zstdTrackSlack is how far the output may run past a resume
-	// point's boundary and still find its window: a member whose data
-	// is longer leaves no resume point.
+	// point's boundary and still find its window: inside a member whose
+	// data is longer, the resume point is at one of the newest
+	// boundaries instead (latest).
 	zstdTrackSlack = 16 << 20
 	// zstdKeepMarks is how many blocks with sequences are kept before
 	// the best boundary and after it (the newest): those whose
@@ -216,12 +217,38 @@ func (t *zstdTracker) point(localFrom, localIn int64) (Checkpoint, bool) {
 	if t.dead || t.best < 0 {
 		return Checkpoint{}, false
 	}
-	m := t.marks[t.best]
+	return t.pointAt(t.best, localFrom, localIn)
+}
+
+// zstdLatestTries is how many of the newest boundaries latest tries.
+const zstdLatestTries = 4
+
+// latest returns a resume point at one of the newest boundaries placed
+// after the best one (inside the data of the latest member, or past it),
+// or false. A pass resumed there reads the tar stream from the member's
+// start to the boundary from the decoded copy (Partial.ReadsLocal).
+func (t *zstdTracker) latest(localFrom, localIn int64) (Checkpoint, bool) {
+	if t.dead {
+		return Checkpoint{}, false
+	}
+	for i := len(t.marks) - 1; i > t.best && i >= len(t.marks)-zstdLatestTries; i-- {
+		if cp, ok := t.pointAt(i, localFrom, localIn); ok {
+			return cp, true
+		}
+	}
+	return Checkpoint{}, false
+}
+
+// pointAt returns the resume point at marks[i], or false when its window
+// is no longer held or the blocks kept before it do not settle its
+// repeat offsets.
+func (t *zstdTracker) pointAt(i int, localFrom, localIn int64) (Checkpoint, bool) {
+	m := t.marks[i]
 	n := min(t.window, m.out-t.outBase)
 	if !m.local || n > 0 && !t.recent.holds(m.out-n, n) {
 		return Checkpoint{}, false
 	}
-	reps, ok := t.reps(t.best)
+	reps, ok := t.reps(i)
 	if !ok {
 		return Checkpoint{}, false
 	}
