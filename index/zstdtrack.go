@@ -46,6 +46,7 @@ type zstdTracker struct {
 	sum     xxhash.Digest // of the frame's output so far (checksum frames)
 	recent  recentOutput  // the latest output, at tar stream offsets
 	dead    bool          // no resume points in this frame
+	free    [][]byte      // sequence bit buffers of dropped marks, for reuse
 }
 
 // zstdMark is a block boundary of the frame, with the pass's state there
@@ -153,8 +154,26 @@ func (t *zstdTracker) feed(p []byte) {
 func (t *zstdTracker) bound(b zstdBoundary) {
 	t.blocks++
 	seqs := t.w.seq
-	seqs.bits = append([]byte(nil), seqs.bits...)
+	seqs.bits = append(t.bitsBuf(), seqs.bits...)
 	t.pending = &zstdMark{n: t.blocks, in: t.frameIn + b.in, state: b.state, seqs: seqs, raw: t.w.raw}
+}
+
+// bitsBuf returns a buffer for a mark's sequence bits: one a dropped
+// mark left, else nil (a copy per block cost as much as walking it).
+func (t *zstdTracker) bitsBuf() []byte {
+	if n := len(t.free); n > 0 {
+		b := t.free[n-1]
+		t.free = t.free[:n-1]
+		return b
+	}
+	return nil
+}
+
+// recycle keeps the bits buffer of a dropped mark for bitsBuf, a few.
+func (t *zstdTracker) recycle(b []byte) {
+	if b != nil && len(t.free) < 2*zstdKeepMarks {
+		t.free = append(t.free, b[:0])
+	}
 }
 
 // place adds a boundary. After the best one, it keeps those of the last
@@ -172,6 +191,7 @@ func (t *zstdTracker) place(m zstdMark) {
 		if t.marks[t.best+1].seqs.n > 0 {
 			seqs--
 		}
+		t.recycle(t.marks[t.best+1].seqs.bits)
 		t.marks = append(t.marks[:t.best+1], t.marks[t.best+2:]...)
 	}
 }
@@ -204,6 +224,9 @@ func (t *zstdTracker) at(off int64) {
 			seqs++
 		}
 		drop--
+	}
+	for _, m := range t.marks[:drop] {
+		t.recycle(m.seqs.bits)
 	}
 	t.marks = append(t.marks[:0], t.marks[drop:]...)
 	t.best = k - drop
