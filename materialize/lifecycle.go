@@ -34,9 +34,10 @@ type lifecycle struct {
 	key       string // the source identity, in the marker and the journal
 	complete  bool   // DIR was complete at Open
 	resume    []index.EntryID
-	replace   bool     // DIR held another tree: reconciled before writing (upgrade.go)
-	from      string   // the source key of the version DIR was complete with, when replace ("" unknown)
-	root      *os.Root // DIR, for OpenLocal
+	placed    map[int64]string // files an earlier job's Stage placed, by data offset (journal "@" lines)
+	replace   bool             // DIR held another tree: reconciled before writing (upgrade.go)
+	from      string           // the source key of the version DIR was complete with, when replace ("" unknown)
+	root      *os.Root         // DIR, for OpenLocal
 	rootFd    int
 	rootPlain bool     // plainDir(rootFd)
 	stateFd   int      // DIR/.tarmount-partial, -1 when complete or finished
@@ -202,7 +203,7 @@ func (l *lifecycle) openState(fresh bool, log *slog.Logger) error {
 	jpath := fmt.Sprintf("/proc/self/fd/%d/%s", l.stateFd, journalName)
 	keep := !fresh
 	if keep {
-		l.resume = readJournal(jpath, l.key, 1<<32-1)
+		l.resume, l.placed = readJournal(jpath, l.key, 1<<32-1)
 		keep = l.resume != nil
 		if keep {
 			log.Info("resuming", "path", l.dir, "files_done", len(l.resume))

@@ -137,7 +137,14 @@ func (j *Job) writeAll(ix *index.Index, v *view, spans Spans) error {
 		wf.finish = func(wf *wfile) error { return j.finishFile(ix, v, wf) }
 		j.stage.mu.Lock()
 		sf := j.stage.staged[int64(e.DataOffset)]
+		trusted := j.stage.trusted[int64(e.DataOffset)]
 		j.stage.mu.Unlock()
+		if sf == nil && trusted != "" && trusted == pathOf(ix, id) {
+			// Placed by an earlier job's Stage, before where this
+			// job's pass resumed (TrustPlaced): its metadata is
+			// applied again from the index.
+			sf = &wfile{placed: true, path: trusted}
+		}
 		switch {
 		case sf != nil && sf.placed:
 			// Already in place, by Stage (unplace saw to the path).

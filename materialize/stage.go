@@ -48,6 +48,13 @@ type stager struct {
 	// nil while nobody waits (PlacedChanged). Guarded by mu.
 	placed  map[int64]string
 	changed chan struct{}
+	// order holds the data offsets of the files Stage staged, in archive
+	// order, from front on those not placed yet (StagedBefore); trusted
+	// are the files an earlier job's Stage placed that Run takes as
+	// complete (TrustPlaced), by data offset. Guarded by mu.
+	order   []int64
+	front   int
+	trusted map[int64]string
 
 	wg  sync.WaitGroup // staged files not fully written
 	fds atomic.Int64   // staged files made unnamed and kept open; beyond fdBudget they are named
@@ -65,7 +72,7 @@ type stager struct {
 // made.
 func (s *stager) init(sem *semaphore.Weighted, slabBytes int64) {
 	s.sem, s.slabBytes, s.slabFree, s.root = sem, slabBytes, bufList{max: stageFreeSlabs}, earlyDir{fd: -1}
-	s.staged, s.early, s.placed = map[int64]*wfile{}, map[string]earlyDir{}, map[int64]string{}
+	s.staged, s.early, s.placed, s.trusted = map[int64]*wfile{}, map[string]earlyDir{}, map[int64]string{}, map[int64]string{}
 	for i := range s.dirs {
 		s.dirs[i] = -1
 	}
@@ -141,7 +148,9 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 			wf.meta = meta
 		}
 		if err == nil && wf.early != "" {
-			if err = j.stage.placeEarly(wf, fd, off, j.life.tmpFd); err == nil && wf.placed {
+			if err = j.stage.placeEarly(wf, fd, off, j.life.tmpFd, j.life.placed[off]); err == nil && wf.placed {
+				// Journaled first: StagedBefore flushes what it saw.
+				j.life.jr.AddPlaced(off, wf.path)
 				j.stage.setPlaced(off, wf.path)
 			}
 		}
@@ -159,6 +168,7 @@ func (j *Job) Stage(h *tarscan.Header, data io.Reader) error {
 	}
 	j.stage.mu.Lock()
 	j.stage.staged[h.DataOffset] = wf
+	j.stage.order = append(j.stage.order, h.DataOffset)
 	j.stage.mu.Unlock()
 	j.stage.wg.Add(1)
 	wf.pending.Store(1)
@@ -333,9 +343,23 @@ func (s *stager) closeEarly() {
 // name. When the name is taken (a member listed twice, an earlier run's
 // file), the file stays staged for Run, which replaces what is there if
 // the index says so: kept open and unnamed within the budget, else named
-// in a stage directory of tmpFd.
-func (s *stager) placeEarly(wf *wfile, fd int, off int64, tmpFd int) error {
+// in a stage directory of tmpFd. What an earlier job's Stage placed there
+// for the same member (prior, its path as the journal says) is replaced
+// at once: it holds the same bytes, not yet checked.
+func (s *stager) placeEarly(wf *wfile, fd int, off int64, tmpFd int, prior string) error {
 	err := linkFd(fd, wf.dir, wf.early)
+	if err == unix.EEXIST && prior == wf.path {
+		tmp := "p" + stagedName(off)
+		unix.Unlinkat(tmpFd, tmp, 0)
+		if err = linkFd(fd, tmpFd, tmp); err == nil {
+			// A regular file or a symlink there is replaced, never
+			// followed; a directory stays (EISDIR).
+			if err = unix.Renameat(tmpFd, tmp, wf.dir, wf.early); err != nil {
+				unix.Unlinkat(tmpFd, tmp, 0)
+				err = unix.EEXIST
+			}
+		}
+	}
 	if err == nil {
 		wf.placed = true
 		wf.anon = false // closed now
@@ -366,6 +390,59 @@ func (s *stager) setPlaced(off int64, p string) {
 	if s.changed != nil {
 		close(s.changed)
 		s.changed = nil
+	}
+}
+
+// StagedBefore reports whether every file Stage was handed whose data
+// starts before need of the tar stream is complete in DIR under its name,
+// with its header's metadata, and said so in the journal, written out
+// (durable against a crash of the process): a stopped one-pass
+// extraction may then resume its pass at need, trusting them
+// (TrustPlaced). A file Stage could not place under its name (taken, or
+// its directory not made) holds it back until Run. Safe for concurrent
+// use; it is cheap when it reports false.
+func (j *Job) StagedBefore(need int64) bool {
+	s := &j.stage
+	s.mu.Lock()
+	for s.front < len(s.order) {
+		if _, ok := s.placed[s.order[s.front]]; !ok {
+			break
+		}
+		s.front++
+	}
+	if s.front > 1024 && 2*s.front > len(s.order) {
+		s.order = append(s.order[:0], s.order[s.front:]...)
+		s.front = 0
+	}
+	held := s.front == len(s.order) || s.order[s.front] >= need
+	s.mu.Unlock()
+	return held && j.life.jr != nil && j.life.jr.Flush() == nil
+}
+
+// Placed reports whether an earlier job's Stage placed the regular file
+// whose data starts at dataOffset of the tar stream under the member name
+// name, as the journal says (TrustPlaced may then take it). Safe for
+// concurrent use.
+func (j *Job) Placed(dataOffset int64, name string) bool {
+	p, ok := index.CleanName(name)
+	return ok && p != "" && j.life.placed[dataOffset] == p
+}
+
+// TrustPlaced makes Run take the files an earlier job's Stage placed
+// (the journal says where) whose data starts before `before` as
+// complete, when the index puts them at that path: Run applies the
+// index's metadata and makes their other names, and writes no data. A
+// one-pass extraction whose pass resumed at before calls it before Run,
+// its stopped pass having kept that resume point once StagedBefore(before)
+// said so. Abandon removes them too. Safe for concurrent use.
+func (j *Job) TrustPlaced(before int64) {
+	s := &j.stage
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for off, p := range j.life.placed {
+		if off < before {
+			s.trusted[off] = p
+		}
 	}
 }
 
@@ -471,7 +548,14 @@ func (s *stager) unplace(ix *index.Index, root *os.Root, tmpFd int) error {
 func (s *stager) removePlaced(root *os.Root, log *slog.Logger) {
 	s.mu.Lock()
 	clear(s.placed)
+	trusted := s.trusted
+	s.trusted = map[int64]string{}
 	s.mu.Unlock()
+	for _, p := range trusted {
+		if err := root.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("could not remove a file of the failed pass", "path", p, "err", err)
+		}
+	}
 	for _, wf := range s.staged {
 		if wf.placed {
 			if err := root.Remove(wf.path); err != nil && !errors.Is(err, os.ErrNotExist) {

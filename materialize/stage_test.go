@@ -1,16 +1,23 @@
 package materialize
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
+	"github.com/tarmount/tarmount/index/tarscan"
+	"github.com/tarmount/tarmount/internal/testutil/tarbuild"
 )
 
 // TestStagerSlabs asks a stager for room for member data in turn: a slab
@@ -187,4 +194,110 @@ func TestLogicalPieces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStagedResume: what Stage placed under their names stays journaled
+// when a one-pass job stops before Run; StagedBefore says so once they
+// are all placed; a later job of the same source finds them (Placed),
+// and after TrustPlaced its Run completes DIR without reading the
+// archive. Without TrustPlaced, Run needs the archive's data.
+func TestStagedResume(t *testing.T) {
+	members := []tarbuild.Entry{
+		{Name: "a/", Type: tar.TypeDir},
+		{Name: "a/f1", Body: []byte("one\n")},
+		{Name: "a/f 2", Body: bytes.Repeat([]byte("two\n"), 5000)},
+		{Name: "b/\"q\"\n", Body: []byte("quoted\n")},
+		{Name: "b/link", Link: "a/f1", Type: tar.TypeLink},
+		{Name: "c", Body: []byte("c\n"), Mode: 0o600},
+	}
+	ix, data := buildIndex(t, members)
+	id := fetch.Identity{Size: int64(len(data)), ETag: "v1"}
+	dir := filepath.Join(t.TempDir(), "out")
+	j, err := Open(dir, id.Key(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends []int64 // where each regular file's data ends
+	stage := func(h *tarscan.Header, r io.Reader) error {
+		if h.Typeflag == tarscan.TypeReg {
+			ends = append(ends, h.DataOffset+h.StoredSize)
+		}
+		return j.Stage(h, r)
+	}
+	if _, err := index.Build(context.Background(), bytes.NewReader(data), id, index.BuildOptions{OnMember: stage}); err != nil {
+		t.Fatal(err)
+	}
+	last := ends[len(ends)-1]
+	for deadline := time.Now().Add(10 * time.Second); !j.StagedBefore(last); {
+		if time.Now().After(deadline) {
+			t.Fatal("StagedBefore never said the staged files were placed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if j.StagedBefore(last + 1) {
+		// Nothing is staged past the last file: it holds everything.
+	} else {
+		t.Error("StagedBefore past the last file: got false, want true")
+	}
+	j.Close() // stopped before Run
+
+	for _, trust := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trust=%v", trust), func(t *testing.T) {
+			j, err := Open(dir, id.Key(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			for i := 1; i < ix.Len(); i++ {
+				e := ix.Entry(index.EntryID(i))
+				if e.Type != index.TypeReg {
+					continue
+				}
+				name := ix.Path(index.EntryID(i))
+				if !j.Placed(int64(e.DataOffset), name) {
+					t.Errorf("%q: Placed got false, want true", name)
+				}
+				if j.Placed(int64(e.DataOffset), name+"x") {
+					t.Errorf("%q: Placed under another name got true, want false", name)
+				}
+			}
+			if !trust {
+				if err := j.Run(context.Background(), ix, nil); err == nil {
+					t.Error("Run without TrustPlaced and without spans: got no error, want one")
+				}
+				return
+			}
+			j.TrustPlaced(last)
+			if err := j.Run(context.Background(), ix, nil); err != nil {
+				t.Fatalf("Run over the trusted files: %v", err)
+			}
+			for _, m := range members {
+				if m.Type != 0 {
+					continue
+				}
+				got, err := os.ReadFile(filepath.Join(dir, m.Name))
+				if err != nil || !bytes.Equal(got, m.Body) {
+					t.Errorf("%q: got %q, %v; want %q", m.Name, got, err, m.Body)
+				}
+			}
+			if fi, err := os.Stat(filepath.Join(dir, "c")); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("c: got %v, %v; want mode 0600", fi, err)
+			}
+			if a, b := filepath.Join(dir, "a/f1"), filepath.Join(dir, "b/link"); !sameFile(t, a, b) {
+				t.Errorf("b/link is not a hard link to a/f1")
+			}
+		})
+	}
+}
+
+func sameFile(t *testing.T, a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(fa, fb)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +35,13 @@ import (
 //	    journal                  "tarmount-journal 1 KEY\n" then one decimal entry
 //	                             id per line, for each regular file that is complete
 //	                             under all its names (data, owner, mode, xattrs,
-//	                             times); a torn last line is ignored
+//	                             times); and "@OFFSET PATH" (decimal; the path
+//	                             as it is when it is printable ASCII and starts
+//	                             with no quote, else Go-quoted)
+//	                             for each file a one-pass Stage wrote whole with
+//	                             its header's metadata and linked under PATH, its
+//	                             data at OFFSET of the tar stream (trusted only
+//	                             by Job.TrustPlaced); a torn last line is ignored
 //	    tmp/                     files being written, renamed into place when done;
 //	                             emptied when a job starts
 //
@@ -165,31 +172,49 @@ func writeLegacyMarker(dir string, data []byte) error {
 	return nil
 }
 
-// readJournal returns the ids a journal of source key lists, or nil when
-// there is no journal of that source.
-func readJournal(path, key string, n int) []index.EntryID {
+// readJournal returns the ids a journal of source key lists and the
+// files it says Stage placed (by data offset), or nil ids when there is
+// no journal of that source.
+func readJournal(path, key string, n int) ([]index.EntryID, map[int64]string) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	first, rest, ok := bytes.Cut(data, []byte("\n"))
 	if !ok || string(first) != journalMagic+key {
-		return nil
+		return nil, nil
 	}
-	var ids []index.EntryID
+	ids := []index.EntryID{}
+	placed := map[int64]string{}
 	for len(rest) > 0 {
 		line, tail, ok := bytes.Cut(rest, []byte("\n"))
 		if !ok {
 			break // torn last line
 		}
 		rest = tail
+		if at, ok := bytes.CutPrefix(line, []byte("@")); ok {
+			off, name, _ := bytes.Cut(at, []byte(" "))
+			o, err := strconv.ParseInt(string(off), 10, 64)
+			p := string(name)
+			var qerr error
+			if strings.HasPrefix(p, `"`) {
+				p, qerr = strconv.Unquote(p)
+			}
+			if err == nil && qerr == nil && o >= 0 && p != "" {
+				placed[o] = p
+			}
+			continue
+		}
 		v, err := strconv.ParseUint(string(line), 10, 32)
 		if err != nil || int(v) >= n {
 			continue
 		}
 		ids = append(ids, index.EntryID(v))
 	}
-	return ids
+	if len(ids) == 0 && len(placed) == 0 {
+		return nil, nil // nothing to resume
+	}
+	return ids, placed
 }
 
 // journal appends completed entry ids, in batches: Add buffers, and the
@@ -199,6 +224,7 @@ type journal struct {
 	f    *os.File
 	w    *bufio.Writer
 	err  error
+	buf  []byte // the line AddPlaced writes
 	stop chan struct{}
 	done chan struct{}
 }
@@ -262,6 +288,50 @@ func (j *journal) Add(id index.EntryID) {
 	b := strconv.AppendUint(buf[:0], uint64(id), 10)
 	b = append(b, '\n')
 	_, j.err = j.w.Write(b)
+}
+
+// AddPlaced records that Stage placed the file whose data starts at off
+// under path p.
+func (j *journal) AddPlaced(off int64, p string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.err != nil {
+		return
+	}
+	j.buf = strconv.AppendInt(append(j.buf[:0], '@'), off, 10)
+	j.buf = append(j.buf, ' ')
+	if plainName(p) {
+		j.buf = append(j.buf, p...)
+	} else {
+		j.buf = strconv.AppendQuote(j.buf, p)
+	}
+	j.buf = append(j.buf, '\n')
+	_, j.err = j.w.Write(j.buf)
+}
+
+// plainName reports whether p is written in the journal as it is: it
+// does not start with a quote and holds only printable ASCII.
+func plainName(p string) bool {
+	if p == "" || p[0] == '"' {
+		return false
+	}
+	for i := range len(p) {
+		if c := p[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Flush writes what is buffered to the file (durable against a crash of
+// the process, not of the machine).
+func (j *journal) Flush() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.err == nil {
+		j.err = j.w.Flush()
+	}
+	return j.err
 }
 
 // Close flushes and closes the journal. It is idempotent.
