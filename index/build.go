@@ -76,6 +76,16 @@ type BuildOptions struct {
 	// Build removes it when the pass ends or fails for good, and leaves
 	// it when ctx stops the pass (or the process dies).
 	Partial string
+	// Holds, if set, says whether the caller holds everything it needs
+	// of the members before tar stream offset need (a one-pass
+	// extraction: every file before it written whole, durably), so that
+	// a pass resumed there, which hands it only the members after, loses
+	// nothing: a resume point (Partial) is written only once it does, and
+	// one inside a span served from the decoded copy (a mid point) only
+	// at a member start. It is called on the pass's goroutine, at most
+	// once per member and per MiB of the tar stream while a resume point
+	// waits for it.
+	Holds func(need int64) bool
 	// NoMidPoints says that no pass resumed from Partial could start
 	// inside a span served from a local copy (a caller that keeps no
 	// decoded copy and serves reads): a codec that would follow its
@@ -177,6 +187,7 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		built := ix // ix is nil once Build fails
 		defer func() { plog.end(ctx, built, err, log, pr.consumed.Load(), opts.Cached) }()
 		rec.midPoints = !opts.NoMidPoints
+		plog.floor = opts.Holds
 	}
 	var tarStream io.Reader = pr
 	var dec passDecoder
@@ -210,8 +221,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 			return nil, err
 		}
 	}
-	if plog != nil && plog.mid != nil {
-		// Mid points come due inside long members' data too.
+	if plog != nil && (plog.mid != nil || plog.floor != nil) {
+		// Mid points come due inside long members' data too, and
+		// resume points held back for the caller are written there.
 		t := &tickReader{r: tarStream, every: 1 << 20, tick: func(pos int64) { plog.tick(ix, pos) }}
 		if p != nil {
 			t.pos = p.scan.Offset

@@ -173,6 +173,14 @@ func (p *Partial) WithoutLocal() *Partial {
 	return p
 }
 
+// Next is where the next member starts in the tar stream: the resumed
+// pass hands the members from there on to OnMember.
+func (p *Partial) Next() int64 { return p.scan.Offset }
+
+// Headers are the members before Next, in archive order. The caller must
+// not modify them.
+func (p *Partial) Headers() []*tarscan.Header { return p.headers }
+
 // Members is the number of members the pass had read.
 func (p *Partial) Members() int { return len(p.headers) }
 
@@ -359,6 +367,18 @@ type partialLog struct {
 	mid      midResumer
 	cand     midCandidate
 	midTried int64 // tar offset of the latest mid point that could not be made as the pass went
+	// floor, if set, is BuildOptions.Holds: a resume point is written
+	// only once it says the caller holds what comes before the member
+	// start the point resumes at; waiting is one made before it did.
+	floor   func(need int64) bool
+	waiting *heldPoint
+}
+
+// heldPoint is a resume point made before the caller held what comes
+// before it (partialLog.floor): it is written once the caller does.
+type heldPoint struct {
+	mid  *Checkpoint // nil: at the latest checkpoint before cand
+	cand midCandidate
 }
 
 // midResumer is a pass decoder that can resume inside a span served from
@@ -497,16 +517,13 @@ func (l *partialLog) due(ix *Index, st tarscan.State) bool {
 // resume logs a resume point at st, before the member that starts there
 // (due said so), and makes it durable against a crash of the process.
 func (l *partialLog) resume(ix *Index, st tarscan.State) {
-	l.write(ix, st, resumeAt(ix, st.Offset), nil) // k is -1 for a plain tar
+	l.write(ix, st, l.members, resumeAt(ix, st.Offset), nil) // k is -1 for a plain tar
 }
 
-// write logs a resume point at st whose latest checkpoint is ix's k-th
-// (and, if not nil, which resumes at mid, inside its span).
-func (l *partialLog) write(ix *Index, st tarscan.State, k int, mid *Checkpoint) {
-	members := l.members
-	if mid != nil {
-		members = l.cand.members
-	}
+// write logs a resume point at st, after members members, whose latest
+// checkpoint is ix's k-th (and, if not nil, which resumes at mid, inside
+// its span).
+func (l *partialLog) write(ix *Index, st tarscan.State, members, k int, mid *Checkpoint) {
 	e := &encoder{}
 	e.uvarint(uint64(members))
 	e.uvarint(uint64(st.Offset))
@@ -552,17 +569,46 @@ func (l *partialLog) writeMid(ix *Index) bool {
 	}
 	mid, ok := l.mid.midPoint()
 	if !ok || int64(mid.Out) > l.cand.st.Offset {
+		if l.floor != nil {
+			// A resume inside a member reads the bytes before it
+			// from a decoded copy, which such a caller has not.
+			return false
+		}
 		mid, ok = l.mid.latestPoint()
 	}
 	if !ok || l.points > 0 && int64(mid.In) <= l.in {
 		return false
 	}
+	if l.floor != nil && !l.floor(l.cand.st.Offset) {
+		l.waiting = &heldPoint{mid: &mid, cand: l.cand}
+		return true
+	}
+	return l.writeMidAt(ix, mid, l.cand)
+}
+
+// writeMidAt logs the mid point mid for the member start cand.
+func (l *partialLog) writeMidAt(ix *Index, mid Checkpoint, cand midCandidate) bool {
 	k := resumeAt(ix, int64(mid.Out))
 	if k < 0 || k+1 < l.cps {
 		return false // before what is logged already
 	}
-	l.write(ix, l.cand.st, k, &mid)
+	l.write(ix, cand.st, cand.members, k, &mid)
 	return l.err == nil
+}
+
+// writeHeld logs the resume point held back, once the caller holds what
+// comes before it (floor).
+func (l *partialLog) writeHeld(ix *Index) {
+	h := l.waiting
+	if h == nil || l.err != nil || !l.floor(h.cand.st.Offset) {
+		return
+	}
+	l.waiting = nil
+	if h.mid != nil {
+		l.writeMidAt(ix, *h.mid, h.cand)
+	} else {
+		l.write(ix, h.cand.st, h.cand.members, resumeAt(ix, h.cand.st.Offset), nil)
+	}
 }
 
 // midDue reports whether a mid point is due before the member that
@@ -572,7 +618,7 @@ func (l *partialLog) writeMid(ix *Index) bool {
 // quarter of the output so far (a few dozen in all, whatever the size),
 // and a mid point that could not be made is tried again a span later.
 func (l *partialLog) midDue(off, span int64) bool {
-	if !l.local {
+	if !l.local || l.waiting != nil {
 		return false
 	}
 	every := l.mid.midEvery()
@@ -582,7 +628,8 @@ func (l *partialLog) midDue(off, span int64) bool {
 // tick is told, now and then, that the scan has read the tar stream to
 // pos: a mid point may be due inside a long member's data.
 func (l *partialLog) tick(ix *Index, pos int64) {
-	if l.err == nil && l.cand.ok && l.midDue(pos, ix.Span) && !l.writeMid(ix) {
+	l.writeHeld(ix)
+	if l.mid != nil && l.err == nil && l.cand.ok && l.midDue(pos, ix.Span) && !l.writeMid(ix) {
 		l.midTried = pos
 	}
 }
@@ -593,8 +640,13 @@ func (l *partialLog) point(ix *Index, st tarscan.State) {
 	if l.err != nil {
 		return
 	}
-	if !l.local && l.due(ix, st) {
-		l.resume(ix, st)
+	l.writeHeld(ix)
+	if !l.local && l.waiting == nil && l.due(ix, st) {
+		if l.floor == nil {
+			l.resume(ix, st)
+		} else {
+			l.waiting = &heldPoint{cand: midCandidate{ok: true, members: l.members, st: tarscan.State{Offset: st.Offset, Global: slices.Clone(st.Global)}}}
+		}
 	}
 	if l.mid != nil && l.members > 0 {
 		l.mid.memberAt(st.Offset)
@@ -612,7 +664,10 @@ func (l *partialLog) point(ix *Index, st tarscan.State) {
 // holds and those cached has.
 func (l *partialLog) end(ctx context.Context, ix *Index, err error, log *slog.Logger, stood int64, cached func(p []byte, off int64) bool) {
 	if err != nil && ctx.Err() != nil {
+		l.writeHeld(ix)
+		l.waiting = nil // what the caller does not hold when the pass stops is lost
 		l.writeMid(ix)
+		l.waiting = nil
 	}
 	if err != nil && ctx.Err() != nil && l.points > 0 {
 		l.tail(stood, cached)

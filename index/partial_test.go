@@ -678,3 +678,100 @@ func TestPartialInMember(t *testing.T) {
 		})
 	}
 }
+
+// TestPartialHolds: with BuildOptions.Holds, a resume point is written
+// only once the caller holds what comes before it (here, every member
+// 40 members back), inside a zstd frame too; a caller that never holds
+// anything gets none. A pass resumed from what was written ends with the
+// index of a whole pass.
+func TestPartialHolds(t *testing.T) {
+	raw := tarBytes(t, resumeMembers())
+	for _, c := range []struct {
+		name string
+		make func(testing.TB, []byte) []byte
+		// A gzip pass has a resume point at every span, a zstd frame
+		// one as the pass goes every 32 windows (4 MiB here).
+		minMembers int
+	}{
+		{"gzip", func(_ testing.TB, raw []byte) []byte { return tarbuild.GzipLevel(raw, 6) }, 200},
+		{"zstd-one-frame", klauspostZstd(zstd.WithWindowSize(128 << 10)), 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := c.make(t, raw)
+			id := fetch.Identity{Size: int64(len(obj)), ETag: `"v1"`}
+			const span = 16 << 10
+			full, err := Build(context.Background(), bytes.NewReader(obj), id, BuildOptions{Span: span})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := full.Marshal()
+			for _, never := range []bool{true, false} {
+				path := filepath.Join(t.TempDir(), "p.partial")
+				var starts []int64 // member starts seen
+				held := int64(-1)  // everything before it is held
+				asked := 0
+				opts := BuildOptions{Span: span, Partial: path, Holds: func(need int64) bool {
+					asked++
+					return !never && need <= held
+				}}
+				opts.OnMember = func(h *tarscan.Header, _ io.Reader) error {
+					starts = append(starts, h.HeaderOffset)
+					if n := len(starts); n > 40 {
+						held = starts[n-40]
+					}
+					if len(starts) == 280 {
+						return errors.New("crash")
+					}
+					return nil
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				Build(ctx, bytes.NewReader(obj), id, opts)
+				cancel()
+				p, err := LoadPartial(path, id)
+				if never {
+					if err == nil {
+						t.Errorf("Holds never true: got a resume point at %d, want none", p.Next())
+					}
+					if asked == 0 {
+						t.Error("Holds was never asked")
+					}
+					continue
+				}
+				// The failed pass removed its partial index: take it as
+				// a crash would have left it, from a second pass that
+				// stops at the same member by ctx instead.
+				if err == nil {
+					t.Fatalf("a failed pass left its partial index")
+				}
+				starts, held = nil, -1
+				stop, stopCancel := context.WithCancel(context.Background())
+				opts.OnMember = func(h *tarscan.Header, _ io.Reader) error {
+					starts = append(starts, h.HeaderOffset)
+					if n := len(starts); n > 40 {
+						held = starts[n-40]
+					}
+					if len(starts) == 280 {
+						stopCancel()
+						return stop.Err()
+					}
+					return nil
+				}
+				Build(stop, bytes.NewReader(obj), id, opts)
+				p, err = LoadPartial(path, id)
+				if err != nil {
+					t.Fatalf("no resume point: %v", err)
+				}
+				if p.Next() > held || p.Members() < c.minMembers {
+					t.Errorf("the resume point is at %d after %d members, want at most %d (what the caller held), after %d or more", p.Next(), p.Members(), held, c.minMembers)
+				}
+				got, err := Build(context.Background(), bytes.NewReader(obj[p.From():]), id, BuildOptions{Span: span, Resume: p})
+				if err != nil {
+					t.Fatalf("the resumed pass: %v", err)
+				}
+				if b, _ := got.Marshal(); !bytes.Equal(b, want) {
+					t.Errorf("the resumed pass gave another index than a whole pass")
+				}
+			}
+		})
+	}
+}
