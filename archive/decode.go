@@ -84,7 +84,7 @@ func (a *Archive) decode(ctx context.Context) error {
 	w := a.copyW
 	defer w.discard()
 	start := time.Now()
-	ix, err := a.pass(ctx, w, nil, nil, nil, true)
+	ix, err := a.pass(ctx, w, nil, nil, nil, true, nil)
 	if err != nil {
 		return fmt.Errorf("decode %s: %w", a, err)
 	}

@@ -162,9 +162,15 @@ func (x *Extraction) Run(ctx context.Context) (*ExtractSummary, error) {
 		// One streamed pass: parallel range requests ahead of the
 		// decoder, the writers behind it; the index is a by-product.
 		var err error
-		ix, err = a.pass(ctx, nil, nil, x.job.Stage, nil, true)
+		ix, err = a.pass(ctx, nil, nil, x.job.Stage, nil, true, x.job)
 		if err != nil {
-			x.job.Abandon()
+			if ok, _ := a.keptResumePoint(); ctx.Err() != nil && ok {
+				// The next pass resumes over the files placed
+				// before its resume point: they stay.
+				x.job.Close()
+			} else {
+				x.job.Abandon()
+			}
 			return nil, fmt.Errorf("extract %s: %w", a, err)
 		}
 		if a.passProg.base.Load() > 0 {

@@ -102,7 +102,7 @@ func (a *Archive) startStaging() bool {
 func (s *staging) run(ctx context.Context) error {
 	a := s.a
 	start := time.Now()
-	ix, err := a.pass(ctx, nil, nil, s.job.Stage, s.seen, true)
+	ix, err := a.pass(ctx, nil, nil, s.job.Stage, s.seen, true, nil)
 	if err != nil {
 		return fmt.Errorf("decode %s into %s: %w", a, s.m.dir, err)
 	}

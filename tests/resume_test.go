@@ -96,37 +96,53 @@ func checkResumed(t *testing.T, s *slowArchive, log string) {
 	}
 }
 
-// TestIndexResumesPass: tarmount index stopped by SIGTERM or killed
-// (SIGKILL) during its pass keeps what the pass built; the next
-// tarmount index of the archive resumes there, fetches only the rest, and
-// writes an index that extracts the whole tree. A one-frame .tar.zst
-// resumes inside its frame.
-func TestIndexResumesPass(t *testing.T) {
+// TestStoppedPassResumes: tarmount index, and a one-pass tarmount
+// extract, stopped by SIGTERM or killed (SIGKILL) during the pass keep
+// what the pass built; the next run of the same command resumes there,
+// fetches only the rest, and ends with the whole tree (extracted, or from
+// the index written). A one-frame .tar.zst resumes inside its frame: the
+// extraction over the files the stopped one placed in DIR.
+func TestStoppedPassResumes(t *testing.T) {
 	for _, name := range []string{"a.tar.gz", "a.tar.zst"} {
 		t.Run(name, func(t *testing.T) {
 			s := newSlowArchiveAs(t, name)
-			for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-				t.Run(sig.String(), func(t *testing.T) {
-					work := t.TempDir()
-					cache := filepath.Join(work, "cache")
-					s.h.ResetStats()
-					args := append([]string{"index", s.url, "--cache-dir", cache, "--span", "65536"}, s.slowFlags()...)
-					_, stderr := interrupt(t, args, sig, func(string) bool { return s.h.Stats().Bytes > s.size*6/10 })
-					if strings.Contains(stderr, "msg=indexed") {
-						t.Fatalf("the pass ended before the signal: slow the server down\n%s", stderr)
-					}
-					s.h.ResetStats()
-					idx := filepath.Join(work, "a.idx")
-					out, err := exec.Command(binary, append(args, "-o", idx)...).CombinedOutput()
-					if err != nil {
-						t.Fatalf("index after the stopped one: %v\n%s", err, out)
-					}
-					checkResumed(t, s, string(out))
-					dir := filepath.Join(work, "out")
-					runExtract(t, s.url, dir, "--index", idx, "--cache-dir", filepath.Join(work, "cache2"))
-					treecmp.Compare(t, s.ref, dir, treecmp.Options{MaxErrors: 20})
-				})
+			for _, cmd := range []string{"index", "extract"} {
+				for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+					t.Run(cmd+"-"+sig.String(), func(t *testing.T) {
+						stoppedPassResumes(t, s, cmd, sig)
+					})
+				}
 			}
 		})
 	}
+}
+
+func stoppedPassResumes(t *testing.T, s *slowArchive, cmd string, sig syscall.Signal) {
+	work := t.TempDir()
+	cache := filepath.Join(work, "cache")
+	dir := filepath.Join(work, "out")
+	args := []string{cmd, s.url}
+	if cmd == "extract" {
+		args = append(args, dir, "--quiet")
+	}
+	args = append(append(args, "--cache-dir", cache, "--span", "65536"), s.slowFlags()...)
+	s.h.ResetStats()
+	_, stderr := interrupt(t, args, sig, func(string) bool { return s.h.Stats().Bytes > s.size*6/10 })
+	if strings.Contains(stderr, "msg=indexed") {
+		t.Fatalf("the pass ended before the signal: slow the server down\n%s", stderr)
+	}
+	s.h.ResetStats()
+	idx := filepath.Join(work, "a.idx")
+	if cmd == "index" {
+		args = append(args, "-o", idx)
+	}
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s after the stopped one: %v\n%s", cmd, err, out)
+	}
+	checkResumed(t, s, string(out))
+	if cmd == "index" {
+		runExtract(t, s.url, dir, "--index", idx, "--cache-dir", filepath.Join(work, "cache2"))
+	}
+	treecmp.Compare(t, s.ref, dir, treecmp.Options{MaxErrors: 20})
 }
