@@ -111,7 +111,7 @@ func streamOnlyArchive(t *testing.T, dir, how string, tree map[string][]byte) in
 		if err := os.WriteFile(path, tarbuild.ZstdStream(raw), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	case "cli":
+	case "cli", "cli-wlog16":
 		if _, err := exec.LookPath("zstd"); err != nil {
 			testutil.Missing(t, "zstd not installed")
 		}
@@ -119,7 +119,13 @@ func streamOnlyArchive(t *testing.T, dir, how string, tree map[string][]byte) in
 		if err := os.WriteFile(tarPath, raw, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := exec.Command("zstd", "-q", "-f", tarPath, "-o", path).CombinedOutput(); err != nil {
+		args := []string{"-q", "-f", tarPath, "-o", path}
+		if how == "cli-wlog16" {
+			// A 64 KiB window: a pass finds room for resume points
+			// inside the frame of a small archive (every 32 windows).
+			args = append(args, "--zstd=wlog=16")
+		}
+		if out, err := exec.Command("zstd", args...).CombinedOutput(); err != nil {
 			t.Fatalf("zstd: %v: %s", err, out)
 		}
 	}

@@ -194,6 +194,12 @@ func (m *Materializer) run() error {
 			return m.ctx.Err()
 		}
 		if s.err != nil {
+			if ok, _ := a.keptResumePoint(); ok && errors.Is(s.err, context.Canceled) {
+				// Stopped: the next pass resumes over the files
+				// this one placed, which stay.
+				m.job.Load().Close()
+				return fmt.Errorf("%w: %w", index.ErrPassFailed, s.err)
+			}
 			// What it staged was never checked to the end.
 			m.job.Load().Abandon()
 			if errors.Is(s.err, context.Canceled) || !resumable(s.err) {

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tarmount/tarmount/index"
 	"github.com/tarmount/tarmount/internal/testutil"
 )
 
@@ -269,4 +270,88 @@ func decodedFiles(t *testing.T, cacheDir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// TestStagingPassResumes stops a boot's staging pass (an unmount) once
+// it has kept a resume point inside the frame, and boots again over the
+// same DIR: the second pass resumes there and fetches only the rest,
+// while a file the first pass placed is read from DIR before the second
+// pass gets anywhere (checked against the index's digest); DIR ends up
+// whole, and nothing was written to a decoded copy.
+func TestStagingPassResumes(t *testing.T) {
+	ctx := context.Background()
+	tree := testTree(80)
+	served := t.TempDir()
+	size := streamOnlyArchive(t, served, "cli-wlog16", tree)
+	srv := newGatedServer(t, served, "a.tar.zst", size)
+	log := newSyncBuffer()
+	opts := decodeOptions(t, log)
+	publishLocal(t, filepath.Join(served, "a.tar.zst"))
+	srv.set(size*7/10, false)
+
+	a, err := Open(ctx, srv.url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	_, dir := startMaterialized(t, a)
+	first, last := firstAndLast(t, a.Index(), tree)
+	partial := partialPath(opts.CacheDir, a.base.String(), a.Identity())
+	var resumeIn int64
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if p, err := index.LoadPartial(partial, a.Identity()); err == nil && p.LocalBefore() > 0 && p.In() > size/4 {
+			resumeIn = p.In()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the staging pass kept no resume point inside the frame past a quarter of the archive:\n%s", log)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.Close() // the unmount, with the pass held at 70%
+	if _, err := os.Stat(filepath.Join(dir, first)); err != nil {
+		t.Fatalf("the stopped pass left no %s in DIR: %v", first, err)
+	}
+
+	// The next boot. The server holds the archive again, past where the
+	// pass resumes: the first file is read from DIR meanwhile.
+	srv.set(resumeIn+(size-resumeIn)/2, false)
+	b, err := Open(ctx, srv.url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m := startMaterializedIn(t, b, dir)
+	if got, err := readFile(b.Tree(), first, len(tree[first])); err != nil || !bytes.Equal(got, tree[first]) {
+		t.Errorf("%s: got %d bytes (err %v) from the resumed boot, want %d", first, len(got), err, len(tree[first]))
+	}
+	srv.set(-1, false)
+	if got, err := readFile(b.Tree(), last, len(tree[last])); err != nil || !bytes.Equal(got, tree[last]) {
+		t.Errorf("%s: got %d bytes (err %v), want %d", last, len(got), err, len(tree[last]))
+	}
+	select {
+	case <-m.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("materialization not done after a minute")
+	}
+	if complete, stopped := m.State(); !complete {
+		t.Fatalf("materialization stopped: %s", stopped)
+	}
+	checkTree(t, dir, tree)
+	if !strings.Contains(log.String(), `msg="resuming the index pass"`) {
+		t.Errorf("the second boot did not resume the staging pass:\n%s", log)
+	}
+	// The rest, the blocks it resumes in and the open's requests (the
+	// last 64 KiB, for an embedded index).
+	if got, limit := fetchedOf(b), size-resumeIn+4*opts.BlockSize; got > limit {
+		t.Errorf("the second boot fetched %d bytes of %d, resuming at %d: want at most %d", got, size, resumeIn, limit)
+	}
+	if left := decodedFiles(t, opts.CacheDir); len(left) != 0 {
+		t.Errorf("got decoded copies %q, want none", left)
+	}
+}
+
+func fetchedOf(a *Archive) int64 {
+	n, _ := a.Fetched()
+	return n
 }

@@ -442,8 +442,19 @@ func (j *Job) TrustPlaced(before int64) {
 	for off, p := range j.life.placed {
 		if off < before {
 			s.trusted[off] = p
+			s.placed[off] = p // OpenPlaced serves it, IsTrusted says why
 		}
 	}
+}
+
+// IsTrusted reports whether the file whose data starts at dataOffset is
+// one TrustPlaced took: placed by an earlier job, whose bytes the caller
+// of OpenPlaced checks itself. Safe for concurrent use.
+func (j *Job) IsTrusted(dataOffset int64) bool {
+	j.stage.mu.Lock()
+	defer j.stage.mu.Unlock()
+	_, ok := j.stage.trusted[dataOffset]
+	return ok
 }
 
 // OpenPlaced opens for reading the regular file whose data starts at
