@@ -109,6 +109,20 @@ func testOptions(t *testing.T, buf *syncBuffer) Options {
 	return o
 }
 
+// waitComplete waits up to a minute for the materialization m to end,
+// and fails unless it completed.
+func waitComplete(t *testing.T, m *Materializer) {
+	t.Helper()
+	select {
+	case <-m.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("materialization not done after a minute")
+	}
+	if complete, stopped := m.State(); !complete {
+		t.Fatalf("materialization stopped: %s", stopped)
+	}
+}
+
 // startMaterialized opens the materialization of a into a new directory,
 // starts a as a mount does, then the materialization, and returns it and
 // the directory.
@@ -586,14 +600,7 @@ func TestMaterializeSharesMountSpans(t *testing.T) {
 			}
 			mount := a.Status().Fetch.Bytes
 			m.Run()
-			select {
-			case <-m.Done():
-			case <-time.After(time.Minute):
-				t.Fatal("the materialization did not end")
-			}
-			if complete, stopped := m.State(); !complete {
-				t.Fatalf("got a job stopped with %q, want it complete", stopped)
-			}
+			waitComplete(t, m)
 			checkTree(t, dir, c.tree)
 			job, _ := m.Fetched()
 			size := int64(len(c.obj))

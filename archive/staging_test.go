@@ -73,14 +73,7 @@ func TestStagingPass(t *testing.T) {
 			if r := <-lastRead; r.err != nil || !bytes.Equal(r.data, tree[last]) {
 				t.Errorf("%s: got %d bytes (err %v) after the pass, want %d", last, len(r.data), r.err, len(tree[last]))
 			}
-			select {
-			case <-m.Done():
-			case <-time.After(time.Minute):
-				t.Fatal("materialization not done after a minute")
-			}
-			if complete, stopped := m.State(); !complete {
-				t.Fatalf("materialization stopped: %s", stopped)
-			}
+			waitComplete(t, m)
 			checkTree(t, dir, tree)
 			// The files were written once, by the pass: none read back
 			// from spans, no decode pass, no decoded copy.
@@ -329,14 +322,7 @@ func TestStagingPassResumes(t *testing.T) {
 	if got, err := readFile(b.Tree(), last, len(tree[last])); err != nil || !bytes.Equal(got, tree[last]) {
 		t.Errorf("%s: got %d bytes (err %v), want %d", last, len(got), err, len(tree[last]))
 	}
-	select {
-	case <-m.Done():
-	case <-time.After(time.Minute):
-		t.Fatal("materialization not done after a minute")
-	}
-	if complete, stopped := m.State(); !complete {
-		t.Fatalf("materialization stopped: %s", stopped)
-	}
+	waitComplete(t, m)
 	checkTree(t, dir, tree)
 	if !strings.Contains(log.String(), `msg="resuming the index pass"`) {
 		t.Errorf("the second boot did not resume the staging pass:\n%s", log)
