@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -44,7 +45,8 @@ type zstdTracker struct {
 	marks   []zstdMark    // boundaries placed, oldest first: before best, best, after it
 	best    int           // index in marks of the latest at or before the latest member start (-1: none)
 	sum     xxhash.Digest // of the frame's output so far (checksum frames)
-	recent  recentOutput  // the latest output, at tar stream offsets
+	recent  recentOutput  // the latest output, at tar stream offsets (without copy)
+	copy    io.ReaderAt   // the decoded copy the recorder writes, where windows are read instead, if any
 	dead    bool          // no resume points in this frame
 	free    [][]byte      // sequence bit buffers of dropped marks, for reuse
 }
@@ -91,8 +93,20 @@ func newZstdTracker(h zstdFrame, window, frameIn int64, rec *recorder) *zstdTrac
 	t.lastOut = rec.out
 	t.w = newZstdWalker(h.headerLen, window, t.bound)
 	t.w.lazy = true
-	t.recent = recentOutput{size: int(t.window + max(zstdTrackSlack, 2*rec.span))}
+	t.keepOutput(rec)
 	return t
+}
+
+// keepOutput sets up where the windows of resume points come from: the
+// decoded copy the recorder writes, when it can be read, else a ring of
+// the latest output (the window plus zstdTrackSlack), which costs a copy
+// of every byte.
+func (t *zstdTracker) keepOutput(rec *recorder) {
+	if c, ok := rec.local.(io.ReaderAt); ok {
+		t.copy = c
+		return
+	}
+	t.recent = recentOutput{size: int(t.window + max(zstdTrackSlack, 2*rec.span))}
 }
 
 // resumedZstdTracker continues following a frame (at frameIn in the
@@ -115,7 +129,7 @@ func resumedZstdTracker(p *zstdResumePoint, cp Checkpoint, frameIn, frameOut int
 	t.w = newZstdWalker(0, p.window, t.bound)
 	t.w.lazy = true
 	t.w.at = zstdBoundary{in: int64(cp.In) - frameIn, out: int64(cp.Out) - frameOut, state: p.state}
-	t.recent = recentOutput{size: int(t.window + max(zstdTrackSlack, 2*rec.span))}
+	t.keepOutput(rec)
 	t.recent.write(window, int64(cp.Out)-int64(len(window)))
 	return t
 }
@@ -201,7 +215,7 @@ func (t *zstdTracker) output(p []byte, at int64) {
 	if t.checksum {
 		t.sum.Write(p)
 	}
-	if !t.dead {
+	if !t.dead && t.copy == nil {
 		t.recent.write(p, at)
 	}
 }
@@ -240,6 +254,11 @@ func (t *zstdTracker) point(localFrom, localIn int64) (Checkpoint, bool) {
 	if t.dead || t.best < 0 {
 		return Checkpoint{}, false
 	}
+	if t.copy != nil && t.lastOut-t.marks[t.best].out > zstdTrackSlack {
+		// As the ring would have let it go: one of the newest
+		// boundaries (latest) spares decoding the member again.
+		return Checkpoint{}, false
+	}
 	return t.pointAt(t.best, localFrom, localIn)
 }
 
@@ -268,7 +287,7 @@ func (t *zstdTracker) latest(localFrom, localIn int64) (Checkpoint, bool) {
 func (t *zstdTracker) pointAt(i int, localFrom, localIn int64) (Checkpoint, bool) {
 	m := t.marks[i]
 	n := min(t.window, m.out-t.outBase)
-	if !m.local || n > 0 && !t.recent.holds(m.out-n, n) {
+	if !m.local || n > 0 && t.copy == nil && !t.recent.holds(m.out-n, n) {
 		return Checkpoint{}, false
 	}
 	reps, ok := t.reps(i)
@@ -281,7 +300,15 @@ func (t *zstdTracker) pointAt(i int, localFrom, localIn int64) (Checkpoint, bool
 		p.sum, _ = m.sum.MarshalBinary()
 	}
 	win := make([]byte, n)
-	t.recent.readAt(win, m.out-n)
+	if t.copy == nil {
+		t.recent.readAt(win, m.out-n)
+	} else if k, err := t.copy.ReadAt(win, m.out-n); k < len(win) {
+		if err != io.EOF {
+			return Checkpoint{}, false
+		}
+		// Zeros the recorder left as holes past the copy's end.
+		clear(win[k:])
+	}
 	cw, err := compressWindow(win)
 	if err != nil {
 		return Checkpoint{}, false
