@@ -215,6 +215,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		}
 		if m, ok := dec.(midResumer); ok && plog != nil {
 			plog.mid = m
+			if plog.floor != nil {
+				m.keepLess()
+			}
 		}
 	} else if p != nil {
 		if err := replay(p, add); err != nil {

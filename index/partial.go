@@ -398,6 +398,12 @@ type midResumer interface {
 	// goes must follow the latest resume point by at least (0: none is
 	// written before the pass stops): each costs compressing a window.
 	midEvery() int64
+	// pointWritten is told of each resume point written, at tar offset
+	// off (where the next member starts).
+	pointWritten(off int64)
+	// keepLess says that the pass keeps what a mid point needs only
+	// before one comes due as the pass goes (the log has a floor).
+	keepLess()
 }
 
 // midCandidate is a member start a mid point may resume at.
@@ -546,6 +552,9 @@ func (l *partialLog) write(ix *Index, st tarscan.State, members, k int, mid *Che
 	if err := l.flush(); err == nil {
 		l.cps, l.digests, l.lastOut = k+1, digests, st.Offset
 		l.points++
+		if l.mid != nil {
+			l.mid.pointWritten(st.Offset)
+		}
 		l.in, l.held = st.Offset, nil
 		switch {
 		case mid != nil:

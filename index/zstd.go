@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -227,6 +228,8 @@ type zstdPass struct {
 	rdec   *zstd.Decoder // decodes the frame resumed at a block boundary, until its end
 	fr     zstdFrameReader
 	tr     *zstdTracker // follows the current frame (nil: not followed)
+	due    int64        // the latest resume point written, at this tar offset (pointWritten)
+	lazy   bool         // trackers keep output only before the next resume point comes due (keepLess)
 	inData bool         // a data frame is being decoded
 	big    int64        // frames bigger than this are local
 	forced bool         // the next frame start must be a checkpoint
@@ -272,6 +275,7 @@ func (z *zstdPass) resumeInFrame(cp Checkpoint, window []byte) error {
 	// The tracker continues the frame's checksum, and its resume
 	// points when the pass keeps a partial index.
 	z.tr = resumedZstdTracker(s.point, cp, s.frameIn, s.frameOut, window, rec, rec.midPoints)
+	z.due = int64(cp.Out)
 	if z.rdec, err = s.point.resume(z.cr, window, z.tr.feed); err != nil {
 		return fmt.Errorf("%w: resume zstd frame at %d: %w", ErrCorrupt, cp.In, err)
 	}
@@ -330,6 +334,7 @@ func (z *zstdPass) nextFrame() error {
 		if rec.midPoints && (h.contentSize > z.big || h.contentSize < 0) {
 			if z.tr = newZstdTracker(h, zstdWindowSize(b, h), start, rec); z.tr != nil {
 				tee = z.tr.feed
+				z.ringFrom()
 			}
 		}
 		z.fr.reset(z.cr, h, tee)
@@ -451,6 +456,39 @@ func (z *zstdPass) latestPoint() (Checkpoint, bool) {
 		return Checkpoint{}, false
 	}
 	return z.tr.latest(z.rec.localFrom, z.rec.localIn)
+}
+
+// pointWritten is told that the partial log wrote a resume point at tar
+// offset off: the tracker keeps output for the next one from then on.
+func (z *zstdPass) pointWritten(off int64) {
+	z.due = off
+	z.ringFrom()
+}
+
+// keepLess makes the trackers keep output only before a resume point
+// comes due: a pass whose stop-time point would wait for its caller
+// (BuildOptions.Holds) gains little from one, and copying every byte
+// costs about a twentieth of a one-pass extraction's CPU.
+func (z *zstdPass) keepLess() {
+	z.lazy = true
+	z.ringFrom()
+}
+
+// ringFrom tells the current tracker where to keep output from.
+func (z *zstdPass) ringFrom() {
+	if z.lazy && z.tr != nil {
+		z.tr.ringFrom(z.dueAt())
+	}
+}
+
+// dueAt is where the next mid point comes due at the earliest, after
+// one at z.due: partialLog.midDue's rule.
+func (z *zstdPass) dueAt() int64 {
+	every := z.midEvery()
+	if every == 0 {
+		return math.MaxInt64
+	}
+	return max(z.due+every, (4*z.due+2)/3)
 }
 
 // midEvery is how far apart mid points written as the pass goes are:

@@ -47,6 +47,7 @@ type zstdTracker struct {
 	sum     xxhash.Digest // of the frame's output so far (checksum frames)
 	recent  recentOutput  // the latest output, at tar stream offsets (without copy)
 	copy    io.ReaderAt   // the decoded copy the recorder writes, where windows are read instead, if any
+	keep    int64         // the ring keeps output from this tar offset on (ringFrom; 0: all)
 	dead    bool          // no resume points in this frame
 	free    [][]byte      // sequence bit buffers of dropped marks, for reuse
 }
@@ -216,8 +217,20 @@ func (t *zstdTracker) output(p []byte, at int64) {
 		t.sum.Write(p)
 	}
 	if !t.dead && t.copy == nil {
-		t.recent.write(p, at)
+		if end := at + int64(len(p)); end > t.keep {
+			k := max(t.keep-at, 0)
+			t.recent.write(p[k:], at+k)
+		}
 	}
+}
+
+// ringFrom sets where the ring starts keeping output, given that the
+// next resume point is asked for at tar offset due at the earliest (the
+// partial log's rule): a window and the slack before it
+// (zstdPass.keepLess). A stop outside that stretch keeps no mid point of
+// its own: the pass resumes at the latest one written.
+func (t *zstdTracker) ringFrom(due int64) {
+	t.keep = due - int64(t.recent.size)
 }
 
 // at is told that a member starts at tar stream offset off: the latest
