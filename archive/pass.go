@@ -295,10 +295,11 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	// Without a decoded copy to keep, a pass resumes inside a
 	// stream-only span only to build an index or to extract (over the
 	// files it placed; see above). An extraction follows the decoder's
-	// state there only from a remote archive: that costs about a tenth
-	// of a one-pass extraction's CPU, and a local one that starts over
-	// fetches nothing again.
-	bopts.NoMidPoints = kept == nil && !a.opts.IndexOnly && (into == nil || fetch.IsLocal(a.base))
+	// state there only from a remote archive of FrameResumeMin or more:
+	// that costs about a tenth of the pass's CPU, a local archive that
+	// starts over fetches nothing again, and a small one little.
+	bopts.NoMidPoints = kept == nil && !a.opts.IndexOnly &&
+		(into == nil || fetch.IsLocal(a.base) || a.Identity().Size < a.opts.FrameResumeMin)
 	if into != nil && kept == nil {
 		bopts.Holds = into.StagedBefore
 	}

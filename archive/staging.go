@@ -41,7 +41,8 @@ import (
 //
 // A pass that is stopped (an unmount) or killed keeps the files it
 // placed, and its partial index a resume point (inside the frame, from a
-// remote archive) before which every file is placed and journaled
+// remote archive of Options.FrameResumeMin or more) before which every
+// file is placed and journaled
 // (index.BuildOptions.Holds): the next boot's pass resumes there over
 // those files (materialize.Job.TrustPlaced), and a read of one is served
 // from DIR once it hashes to the index's digest (checkTrusted).

@@ -279,6 +279,7 @@ func TestStagingPassResumes(t *testing.T) {
 	srv := newGatedServer(t, served, "a.tar.zst", size)
 	log := newSyncBuffer()
 	opts := decodeOptions(t, log)
+	opts.FrameResumeMin = 0 // a small archive
 	publishLocal(t, filepath.Join(served, "a.tar.zst"))
 	srv.set(size*7/10, false)
 

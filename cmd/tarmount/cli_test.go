@@ -178,7 +178,7 @@ func TestVersion(t *testing.T) {
 }
 
 // sizeFlags are the flags that count bytes, wherever they appear.
-var sizeFlags = []string{"span", "block-size", "cache-mem", "cache-disk", "cache-decoded", "min-speed", "max-size"}
+var sizeFlags = []string{"span", "block-size", "cache-mem", "cache-disk", "cache-decoded", "frame-resume-min", "min-speed", "max-size"}
 
 // sizeCommandLines are the positional arguments of each command that
 // takes a size flag.

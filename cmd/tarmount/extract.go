@@ -67,7 +67,7 @@ index is read first, then the selected spans.`,
 		},
 	}
 	fs := cmd.Flags()
-	addMaterializeFlags(fs, &a.c.mat)
+	addMaterializeFlags(fs, &a.c)
 	fs.BoolVarP(&a.c.mat.quiet, "quiet", "q", false, "no progress line, only warnings and errors")
 	fs.DurationVar(&a.c.mat.progressEvery, "progress-every", 5*time.Second, "without a terminal, log a progress line this often")
 	fs.IntVar(&a.c.mat.sel.StripComponents, "strip-components", 0, "remove this many leading components from names; shorter names are left out")

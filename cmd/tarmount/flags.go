@@ -179,7 +179,10 @@ func checkSourceFlags(c *config) error {
 
 // addMaterializeFlags adds the flags of extract and of the mount's
 // --materialize.
-func addMaterializeFlags(fs *pflag.FlagSet, m *materializeFlags) {
+func addMaterializeFlags(fs *pflag.FlagSet, c *config) {
+	m := &c.mat
+	c.ao.FrameResumeMin = archive.DefaultFrameResumeMin
+	sizeVar(fs, &c.ao.FrameResumeMin, "frame-resume-min", "a one-pass extraction, or a materialization that writes no decoded copy, of a remote single-frame .tar.zst at least this big keeps resume points inside the frame, so that a run stopped or killed resumes there; that costs about a tenth of the pass's CPU (0: any size)")
 	fs.IntVar(&m.writers, "write-workers", 0, "files written at once (0: 8 per core, at least 16)")
 	fs.IntVar(&m.decoders, "decode-workers", 0, "spans fetched and decoded at once (0: 4 per core, at least 8)")
 	fs.BoolVar(&m.overwrite, "overwrite", false, "replace what a non-empty directory that tarmount did not make holds: write the archive's tree and remove what the archive lacks")
@@ -190,7 +193,7 @@ func addMaterializeFlags(fs *pflag.FlagSet, m *materializeFlags) {
 func addMountFlags(fs *pflag.FlagSet, c *config) {
 	fs.VarP((*optionsFlag)(&c.options), "options", "o", "mount options, comma-separated (repeatable): allow_other, debug, ro, and every flag as name=value (materialize=/dir, cache_dir=/var/cache/tarmount)")
 	fs.StringVar(&c.mat.dir, "materialize", "", "also write the whole tree to this `DIR` in the background, and serve files from it once complete")
-	addMaterializeFlags(fs, &c.mat)
+	addMaterializeFlags(fs, c)
 	fs.StringVar(&c.mountName, "mount-name", "tarmount", "filesystem type shown in /proc/mounts as fuse.NAME")
 	fs.BoolVar(&c.daemon, "daemon", false, "serve from a background process and exit once the mount answers (0, its pid on stdout), or with the reason it failed (1)")
 	fs.BoolVar(&c.foreground, "foreground", false, "stay in the foreground until unmounted or signalled (the default; overrides --daemon)")
