@@ -213,6 +213,7 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 		partial = ""
 	}
 	defer unlock()
+	a.passProg.partial.Store(partial != "")
 	resume, err := index.LoadPartial(partial, a.Identity())
 	if err == nil && a.opts.Span > 0 && resume.Span != a.opts.Span {
 		// What it resumes keeps its own span: asked for another, it
@@ -313,10 +314,12 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	ix, err := index.Build(ctx, countingReader{stream, &pp.read}, a.Identity(), bopts)
 	pp.finish(err == nil)
 	if err != nil {
-		if _, mid := a.keptResumePoint(); kept != nil && ctx.Err() != nil && mid {
-			// Stopped: a pass resumed inside a stream-only span
-			// writes on into what this one wrote.
-			kept.keep()
+		if kept != nil && ctx.Err() != nil {
+			if _, mid := a.keptResumePoint(); mid {
+				// Stopped: a pass resumed inside a stream-only
+				// span writes on into what this one wrote.
+				kept.keep()
+			}
 		}
 		return nil, err
 	}
@@ -329,11 +332,14 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	return ix, nil
 }
 
-// keptResumePoint reports whether the archive has a partial index to
+// keptResumePoint reports whether the latest pass kept a partial index to
 // resume from, and whether that resumes inside a stream-only span
 // (index.Partial.LocalBefore): the next pass then needs what the stopped
 // one wrote before it (its decoded copy, or the files it placed).
 func (a *Archive) keptResumePoint() (ok, mid bool) {
+	if !a.passProg.partial.Load() {
+		return false, false // another pass keeps it
+	}
 	p, err := index.LoadPartial(partialPath(a.opts.CacheDir, a.base.String(), a.Identity()), a.Identity())
 	return err == nil, err == nil && p.LocalBefore() > 0
 }
@@ -379,6 +385,10 @@ type passProgress struct {
 	members    atomic.Int64 // archive members (tar headers) read by the pass (and the one it resumed)
 	ok         atomic.Bool  // the pass ended and succeeded
 	base       atomic.Int64 // where the pass resumed fetching, from an earlier one's partial index (0: from the start)
+	// partial says that the latest pass kept the partial index (it held
+	// the pass lock): keptResumePoint reads what it wrote, not another
+	// process's.
+	partial atomic.Bool
 }
 
 func (p *passProgress) begin(t time.Time) {

@@ -57,9 +57,10 @@ import (
 // one when ctx stops the pass, and, so that a crash keeps some too, one
 // as the pass goes every midEvery bytes of output (partialLog.midDue).
 // Each is an 'R' record whose payload ends with that mid point (a
-// checkpoint of kind midKind, then its pass state) after the digests. The resumed pass starts at the mid point rather
-// than the latest checkpoint, whose span digest it goes on computing from
-// the state kept in the mid point; the mid point never enters an index.
+// checkpoint of kind midKind, then its pass state) after the digests.
+// The resumed pass starts at the mid point rather than the latest
+// checkpoint, whose span digest it goes on computing from the state kept
+// in the mid point; the mid point never enters an index.
 // The rule for the bytes before it: they are served from the decoded
 // copy that the stopped pass wrote, which its caller keeps beside the
 // partial index and hands to the resumed pass as BuildOptions.Local
