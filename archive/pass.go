@@ -242,8 +242,8 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	}
 	switch {
 	case resume == nil || resume.LocalBefore() == 0:
-		if kept != nil {
-			kept.keep() // none to keep: removes a stale one
+		if kept != nil && partial != "" {
+			kept.keep() // none to keep: removes a stale one (not another pass's)
 		}
 		if into != nil && resume != nil && holdsBefore(into, resume) {
 			// Else the files before are read in spans.

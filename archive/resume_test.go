@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +195,72 @@ func TestLockPass(t *testing.T) {
 	unlock3()
 	if _, ok := lockPass(""); ok {
 		t.Error("a lock without a partial index: got true, want false")
+	}
+}
+
+// TestPassWithoutLock: a first pass over a one-frame .tar.zst is
+// stopped and keeps a partial index and its decoded copy; then, while
+// another holds the pass lock of that version (as a process resuming it
+// would), a second pass runs and is stopped too. It says that it keeps no
+// partial index, and leaves the first pass's partial index and kept copy
+// as they were: it neither writes them nor renames its own copy there.
+func TestPassWithoutLock(t *testing.T) {
+	ctx := context.Background()
+	served := t.TempDir()
+	obj := compressCLI(t, "zstd", treeTar(t, testTree(120)), "-3")
+	if err := os.WriteFile(filepath.Join(served, "a.tar.zst"), obj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := newSlowServer(t, served, 256<<10) + "/a.tar.zst"
+	log := newSyncBuffer()
+	opts := testOptions(t, log)
+	opts.CacheDisk = 0
+	opts.BlockSize = 128 << 10
+	size := int64(len(obj))
+	stopHalfway := func() *Archive {
+		t.Helper()
+		a, err := Open(ctx, url, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Minute); passRead(a) < size/2; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the pass did not reach half the archive in a minute")
+			}
+		}
+		a.Close()
+		return a
+	}
+	a := stopHalfway()
+	partial := partialPath(opts.CacheDir, a.base.String(), a.Identity())
+	kept := keptPath(a.decodedPath())
+	before := map[string]os.FileInfo{}
+	for _, p := range []string{partial, kept} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("the first stopped pass left no %s: %v", filepath.Base(p), err)
+		}
+		before[p] = fi
+	}
+	unlock, ok := lockPass(partial)
+	if !ok {
+		t.Fatal("could not take the pass lock")
+	}
+	defer unlock()
+	stopHalfway()
+	if !strings.Contains(log.String(), "another pass over this archive keeps its partial index") {
+		t.Errorf("the pass without the lock did not say so:\n%s", log)
+	}
+	for p, fi := range before {
+		now, err := os.Stat(p)
+		if err != nil || !os.SameFile(fi, now) || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+			t.Errorf("%s changed under the pass without the lock: %v, %v; want it as the first pass left it", filepath.Base(p), now, err)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(opts.CacheDir, "decoded", ".tmp-*")); len(m) != 0 {
+		t.Errorf("the pass without the lock left %v", m)
 	}
 }
