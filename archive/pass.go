@@ -235,6 +235,10 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 	// it; without that copy, only a pass that serves no reads (an index
 	// build) may resume there.
 	kept, _ := decoded.(*decodedWriter)
+	// An extraction resumes over the files an earlier one placed before
+	// the resume point, when DIR's journal lists them all; else it reads
+	// those members in spans, or starts over inside a stream-only span.
+	trust := into != nil && resume != nil && holdsBefore(into, resume)
 	if kept != nil && partial != "" {
 		// A crash leaves the copy under the name the next pass
 		// looks for, with the partial index's latest mid point.
@@ -245,18 +249,15 @@ func (a *Archive) pass(ctx context.Context, decoded io.WriterAt, live *index.Liv
 		if kept != nil && partial != "" {
 			kept.keep() // none to keep: removes a stale one (not another pass's)
 		}
-		if into != nil && resume != nil && holdsBefore(into, resume) {
-			// Else the files before are read in spans.
-			into.TrustPlaced(resume.Next())
-		}
 	case kept != nil && kept.adopt(resume.LocalBefore()):
 	case kept == nil && a.opts.IndexOnly && !resume.ReadsLocal():
-	case kept == nil && into != nil && !resume.ReadsLocal() && holdsBefore(into, resume):
-		// The members before the resume point are in DIR already.
-		into.TrustPlaced(resume.Next())
+	case kept == nil && trust && !resume.ReadsLocal():
 	default:
 		log.Info("the decoded copy the stopped pass kept is missing: the pass starts over", "src", a.String())
 		resume = resume.WithoutLocal()
+	}
+	if trust && resume != nil {
+		into.TrustPlaced(resume.Next())
 	}
 	var from int64
 	if resume != nil {

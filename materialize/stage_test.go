@@ -234,9 +234,8 @@ func TestStagedResume(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if j.StagedBefore(last + 1) {
+	if !j.StagedBefore(last + 1) {
 		// Nothing is staged past the last file: it holds everything.
-	} else {
 		t.Error("StagedBefore past the last file: got false, want true")
 	}
 	j.Close() // stopped before Run
