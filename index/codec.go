@@ -102,12 +102,14 @@ var registry = []codec{
 		kinds:      []inflate.Kind{inflate.KindMember, inflate.KindBlock},
 	},
 	{
-		id:      CodecZstd,
-		name:    "zstd",
-		sniff:   startsWith(magicZstd),
-		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newZstdPass(r, rec)) },
+		id:    CodecZstd,
+		name:  "zstd",
+		sniff: startsWith(magicZstd),
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) {
+			return passClosing(newZstdPass(r, rec))
+		},
 		resume: func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error) {
-			return passOf(newZstdPassAt(r, cp, window, rec))
+			return passClosing(newZstdPassAt(r, cp, window, rec))
 		},
 		midKind:    kindZstdBlock,
 		decodeSpan: decodeZstdSpan,
@@ -115,12 +117,14 @@ var registry = []codec{
 		streamOnly: "it has a zstd frame too big to decode per read (the zstd CLI and tar --zstd write one frame)",
 	},
 	{
-		id:      CodecLZ4,
-		name:    "lz4",
-		sniff:   startsWith(magicLZ4, magicLZ4Legacy),
-		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) { return passOf(newLZ4Pass(r, rec), nil) },
+		id:    CodecLZ4,
+		name:  "lz4",
+		sniff: startsWith(magicLZ4, magicLZ4Legacy),
+		newPass: func(r io.Reader, rec *recorder) (passDecoder, func(), error) {
+			return passClosing(newLZ4Pass(r, rec), nil)
+		},
 		resume: func(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (passDecoder, func(), error) {
-			return passOf(newLZ4PassAt(r, cp, window, rec))
+			return passClosing(newLZ4PassAt(r, cp, window, rec))
 		},
 		decodeSpan: decodeLZ4Span,
 		kinds:      []inflate.Kind{kindFrame, kindLZ4Block, kindLZ4Legacy},

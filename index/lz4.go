@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/pierrec/lz4/v4"
 )
@@ -40,6 +41,11 @@ const (
 type lz4Decoder struct {
 	cr  *countingReader
 	rec *recorder // nil outside the index pass
+	// In the pass, the pipe the decoder runs on (lz4Pass), and the
+	// output offset of the latest checkpoint it marked (hasCP).
+	pipe   *pipe
+	lastCP int64
+	hasCP  bool
 
 	inFrame  bool
 	legacy   bool
@@ -63,8 +69,30 @@ type lz4Decoder struct {
 	err       error
 }
 
-func newLZ4Pass(r io.Reader, rec *recorder) *lz4Decoder {
-	return &lz4Decoder{cr: newCountingReader(r, 0), rec: rec, maxOut: lz4LegacyBlock}
+// lz4Pass decodes an lz4 stream in the index pass on a goroutine of its
+// own (pipe), which also checks the block and content checksums and
+// chooses the checkpoints (lz4Decoder.checkpoint): the span digests,
+// the checkpoints' recording and everything else the pass does with
+// the output run on the reader's goroutine.
+type lz4Pass struct {
+	*pipe
+	d *lz4Decoder // read by the pipe's goroutine until it ends
+}
+
+func newLZ4Pass(r io.Reader, rec *recorder) *lz4Pass {
+	return startLZ4Pass(&lz4Decoder{cr: newCountingReader(r, 0), rec: rec, maxOut: lz4LegacyBlock})
+}
+
+// startLZ4Pass runs d, a pass decoder whose recorder stands where d
+// starts, on a pipe.
+func startLZ4Pass(d *lz4Decoder) *lz4Pass {
+	p := &lz4Pass{pipe: newPipe(d.rec.out, d.rec.write), d: d}
+	d.pipe = p.pipe
+	if l := d.rec.last(); l != nil {
+		d.lastCP, d.hasCP = int64(l.Out), true
+	}
+	p.start(d)
+	return p
 }
 
 // newLZ4Span returns a decoder of the stream in comp, which starts at cp
@@ -91,7 +119,7 @@ func newLZ4Span(comp []byte, cp Checkpoint, window []byte, size int64) (*lz4Deco
 // it; r yields the stream from cp.In on. In the middle of a frame, the
 // pass state recorded at cp (lz4PassState) restores the frame's block
 // size and content hash, so that its content checksum is still checked.
-func newLZ4PassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*lz4Decoder, error) {
+func newLZ4PassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*lz4Pass, error) {
 	d, err := newLZ4Span(nil, cp, window, lz4LegacyBlock)
 	if err != nil {
 		return nil, err
@@ -103,7 +131,7 @@ func newLZ4PassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*lz
 	if cp.Kind == kindLZ4Block {
 		d.unchecked = !d.setPassState(cp.pass)
 	}
-	return d, nil
+	return startLZ4Pass(d), nil
 }
 
 // passState is what a pass resumed at a block of the current frame
@@ -161,13 +189,21 @@ func (d *lz4Decoder) u32() (uint32, error) {
 	return binary.LittleEndian.Uint32(b[:]), nil
 }
 
-// checkpoint records a checkpoint at the current block when one is due.
+// checkpoint records a checkpoint at the current block when one is due:
+// once the output before it has reached the recorder (a pipe mark).
 func (d *lz4Decoder) checkpoint(kind byte, start int64) {
 	rec := d.rec
-	if rec == nil || !rec.due() {
+	if rec == nil {
 		return
 	}
-	c := Checkpoint{Kind: kindFrame, In: CompressedOffset(start), Out: UncompressedOffset(rec.out)}
+	// Every byte decoded before is handed out: the next one Read
+	// returns is the block's first.
+	at := d.pipe.position()
+	if d.hasCP && at-d.lastCP < rec.span {
+		return
+	}
+	d.lastCP, d.hasCP = at, true
+	c := Checkpoint{Kind: kindFrame, In: CompressedOffset(start), Out: UncompressedOffset(at)}
 	switch kind {
 	case 'b':
 		c.Kind, c.Flags, c.pass = kindLZ4Block, d.flg, d.passState()
@@ -181,7 +217,7 @@ func (d *lz4Decoder) checkpoint(kind byte, start int64) {
 	case 'l':
 		c.Kind = kindLZ4Legacy
 	}
-	rec.mark(c)
+	d.pipe.mark(at, func() { rec.mark(c) })
 }
 
 // frameHeader reads a frame descriptor after its magic.
@@ -375,8 +411,7 @@ func (d *lz4Decoder) block(size int, stored bool) error {
 		d.hist += n
 	}
 	if d.rec != nil {
-		d.content.write(d.out)
-		d.rec.write(d.out)
+		d.content.write(d.out) // the pipe hands d.out to the recorder
 	}
 	return nil
 }
@@ -396,20 +431,12 @@ func (d *lz4Decoder) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (d *lz4Decoder) finish() (int64, int64, error) {
-	for {
-		d.out = nil
-		err := d.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return 0, 0, err
-		}
+func (p *lz4Pass) finish() (int64, int64, error) {
+	if _, err := p.Discard(math.MaxInt64); err != nil && err != io.EOF {
+		return 0, 0, err
 	}
-	if d.err != nil && d.err != io.EOF {
-		return 0, 0, d.err
-	}
+	// The pipe's goroutine has ended: d is the reader's now.
+	d := p.d
 	if d.inFrame && !d.legacy {
 		return 0, 0, d.corrupt("stream cut short")
 	}

@@ -41,6 +41,7 @@ type pipe struct {
 	// the decoder goroutine's
 	dec     io.Reader
 	off     int64 // decoded offset of the next byte read from dec
+	at      int64 // during a dec.Read: decoded offset of the first byte it returns (position)
 	pending []pipeMark
 
 	// the consumer's
@@ -85,6 +86,7 @@ func newPipe(off int64, onData func(p []byte)) *pipe {
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 		off:     off,
+		at:      off,
 		dataOff: off,
 	}
 	for range pipeSlots {
@@ -107,8 +109,37 @@ type chunkReader interface {
 // chunkReader decodes into the slots with ReadInto.
 func (p *pipe) start(dec io.Reader) {
 	p.dec = dec
+	p.at = p.off
 	go p.run()
 }
+
+// restart runs dec on a new goroutine of the pipe, its output going on
+// where the previous dec's ended (a zstd pass decodes each frame so):
+// the consumer has read the previous dec's error, which ended its
+// goroutine. It reuses the slots. restart and close are then both
+// called on the consumer's goroutine. After close, it starts nothing.
+func (p *pipe) restart(dec io.Reader) {
+	if p.slot != nil {
+		p.free <- p.slot // never blocks: free has room for every slot
+		p.dataOff += int64(len(p.data))
+		p.slot, p.data, p.pos = nil, nil, 0
+	}
+	p.err = nil
+	p.done = make(chan struct{})
+	select {
+	case <-p.quit:
+		p.err = io.ErrClosedPipe
+		close(p.done)
+	default:
+		p.start(dec)
+	}
+}
+
+// position returns, on the decoder goroutine during a read of dec, the
+// decoded offset of the first byte that read returns: a mark made
+// there runs once every byte decoded before the read has reached
+// onData, and before any the read decodes.
+func (p *pipe) position() int64 { return p.at }
 
 // mark queues apply to run on the consumer once every decoded byte
 // before at is passed to onData. It is called on the decoder goroutine
@@ -155,8 +186,11 @@ func (p *pipe) run() {
 		n := copy(p.pending, p.pending[i:])
 		clear(p.pending[n:])
 		p.pending = p.pending[:n]
+		// Once sent, s is the consumer's: a restart may hand it to the
+		// next goroutine while this one returns.
+		last := s.err != nil
 		p.full <- s // never blocks: full has room for every slot
-		if s.err != nil {
+		if last {
 			return
 		}
 	}
@@ -166,6 +200,7 @@ func (p *pipe) run() {
 func (p *pipe) fill(s *pipeSlot) {
 	for s.n < len(s.buf) {
 		room := len(s.buf) - s.n
+		p.at = p.off + int64(s.n-s.start)
 		k, err := p.dec.Read(s.buf[s.n:])
 		s.n += k
 		if err != nil {

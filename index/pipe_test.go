@@ -117,3 +117,84 @@ func TestPipeOrder(t *testing.T) {
 		})
 	}
 }
+
+// frameDecoder stands for a zstd frame's decoder on a pipe that is
+// restarted for each frame: each Read returns up to step bytes, and
+// marks, at the position the pipe gives, that the read starts there.
+type frameDecoder struct {
+	p       *pipe
+	data    []byte
+	step    int
+	base    int64 // where the frame's output starts in the stream
+	off     int   // handed out
+	badPos  []string
+	applied func(at int64)
+}
+
+func (d *frameDecoder) Read(b []byte) (int, error) {
+	if d.off == len(d.data) {
+		return 0, io.EOF
+	}
+	at := d.p.position()
+	if want := d.base + int64(d.off); at != want {
+		d.badPos = append(d.badPos, fmt.Sprintf("position %d, want %d", at, want))
+	}
+	d.p.mark(at, func() { d.applied(at) })
+	n := copy(b[:min(len(b), d.step)], d.data[d.off:])
+	d.off += n
+	return n, nil
+}
+
+// TestPipeRestart: a pipe restarted with a new decoder after each one's
+// io.EOF (a zstd pass's frames) hands out every frame's bytes in order,
+// on the same slots, at continuing offsets; a mark made at position()
+// during a read runs once the bytes before that read have reached
+// onData; after close, restart starts nothing and reads fail.
+func TestPipeRestart(t *testing.T) {
+	var seen []byte
+	p := newPipe(1000, func(b []byte) { seen = append(seen, b...) })
+	var want []byte
+	var marks []int64
+	apply := func(at int64) {
+		if got := 1000 + int64(len(seen)); got != at {
+			t.Errorf("mark at %d applied after the stream reached %d", at, got)
+		}
+		marks = append(marks, at)
+	}
+	buf := make([]byte, 3000)
+	for i, size := range []int{0, 5, 1, 2, 3, 4, 6, 7, pipeSlotBytes + 17, 3 * pipeSlotBytes, 1} {
+		d := &frameDecoder{p: p, data: randomData(uint64(i), size), step: 1 + i*40000, base: p.offset(), applied: apply}
+		want = append(want, d.data...)
+		p.restart(d)
+		for {
+			n, err := p.Read(buf)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+			if n == 0 {
+				t.Fatalf("frame %d: no bytes and no error", i)
+			}
+		}
+		if len(d.badPos) > 0 {
+			t.Fatalf("frame %d: %v", i, d.badPos)
+		}
+		if got := p.offset(); got != 1000+int64(len(want)) {
+			t.Fatalf("after frame %d: offset %d, want %d", i, got, 1000+len(want))
+		}
+	}
+	if !bytes.Equal(seen, want) {
+		t.Fatalf("onData saw %d bytes, want the %d of the frames in order", len(seen), len(want))
+	}
+	if len(marks) == 0 {
+		t.Fatal("no mark applied")
+	}
+	p.close()
+	p.restart(&frameDecoder{p: p, data: []byte("after close"), step: 1, applied: apply})
+	if n, err := p.Read(buf); n != 0 || err != io.ErrClosedPipe {
+		t.Fatalf("read after close and restart: got %d, %v, want 0, %v", n, err, io.ErrClosedPipe)
+	}
+	p.close()
+}

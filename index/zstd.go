@@ -221,21 +221,32 @@ func maxFrameSpan(span int64) int64 { return 8 * span }
 // at a block boundary (kindZstdBlock); a pass resumed there decodes
 // the rest of the frame with a dictionary decoder of its own (rdec) and
 // checks the frame's checksum itself.
+//
+// Each frame is decoded on a goroutine of its own (pipe), so that
+// decoding overlaps what the pass does with the output; the frame
+// headers, the recorder and the tracker stay on the reader's goroutine.
+// The tracker is handed the frame's bytes as the decoder reads them:
+// copied, and queued as pipe marks, so that it sees them where it would
+// have in a Read on the reader's goroutine (zstdTracker's comment).
 type zstdPass struct {
-	cr     *countingReader
-	rec    *recorder
-	dec    *zstd.Decoder
-	rdec   *zstd.Decoder // decodes the frame resumed at a block boundary, until its end
-	fr     zstdFrameReader
-	tr     *zstdTracker // follows the current frame (nil: not followed)
-	due    int64        // the latest resume point written, at this tar offset (pointWritten)
-	lazy   bool         // trackers keep output only before the next resume point comes due (keepLess)
-	inData bool         // a data frame is being decoded
-	big    int64        // frames bigger than this are local
-	forced bool         // the next frame start must be a checkpoint
-	end    int64        // end of the last data frame
-	frames int
-	err    error
+	cr    *countingReader
+	rec   *recorder
+	pipe  *pipe         // decodes the current frame, its output going to take
+	dec   *zstd.Decoder // read by the pipe's goroutine while a frame is decoded
+	rdec  *zstd.Decoder // decodes the frame resumed at a block boundary, until its end
+	feeds sync.Pool     // *[]byte: copies of frame bytes for the tracker
+	// started: the pipe ran a frame's decoder (close then stops it)
+	started bool
+	fr      zstdFrameReader
+	tr      *zstdTracker // follows the current frame (nil: not followed)
+	due     int64        // the latest resume point written, at this tar offset (pointWritten)
+	lazy    bool         // trackers keep output only before the next resume point comes due (keepLess)
+	inData  bool         // a data frame is being decoded
+	big     int64        // frames bigger than this are local
+	forced  bool         // the next frame start must be a checkpoint
+	end     int64        // end of the last data frame
+	frames  int
+	err     error
 }
 
 // newZstdPassAt resumes the index pass at cp: the start of a frame, or
@@ -276,10 +287,11 @@ func (z *zstdPass) resumeInFrame(cp Checkpoint, window []byte) error {
 	// points when the pass keeps a partial index.
 	z.tr = resumedZstdTracker(s.point, cp, s.frameIn, s.frameOut, window, rec, rec.midPoints)
 	z.due = int64(cp.Out)
-	if z.rdec, err = s.point.resume(z.cr, window, z.tr.feed); err != nil {
+	if z.rdec, err = s.point.resume(z.cr, window, z.feedLater(z.tr)); err != nil {
 		return fmt.Errorf("%w: resume zstd frame at %d: %w", ErrCorrupt, cp.In, err)
 	}
 	z.inData = true
+	z.decode(z.rdec)
 	return nil
 }
 
@@ -289,7 +301,44 @@ func newZstdPass(r io.Reader, rec *recorder) (*zstdPass, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &zstdPass{cr: newCountingReader(r, 0), rec: rec, dec: dec, big: maxFrameSpan(rec.span)}, nil
+	z := &zstdPass{cr: newCountingReader(r, 0), rec: rec, dec: dec, big: maxFrameSpan(rec.span)}
+	z.pipe = newPipe(rec.out, z.take)
+	return z, nil
+}
+
+// feedLater returns the tee through which tr sees the frame's bytes: on
+// the pipe's goroutine, as the decoder reads them, it queues a copy for
+// tr.feed on the reader's goroutine.
+func (z *zstdPass) feedLater(tr *zstdTracker) func([]byte) {
+	return func(p []byte) {
+		b, _ := z.feeds.Get().(*[]byte)
+		if b == nil {
+			b = new([]byte)
+		}
+		*b = append((*b)[:0], p...)
+		z.pipe.mark(z.pipe.position(), func() {
+			tr.feed(*b)
+			z.feeds.Put(b)
+		})
+	}
+}
+
+// decode decodes the frame that starts now with dec, on the pipe's
+// goroutine.
+func (z *zstdPass) decode(dec io.Reader) {
+	z.started = true
+	z.pipe.restart(dec)
+}
+
+// close stops the goroutine decoding the current frame, if any.
+func (z *zstdPass) close() {
+	if z.started {
+		z.pipe.close()
+	}
+	z.dec.Close()
+	if z.rdec != nil {
+		z.rdec.Close()
+	}
 }
 
 // nextFrame moves to the next data frame, skipping skippable ones. It
@@ -333,7 +382,7 @@ func (z *zstdPass) nextFrame() error {
 		z.tr = nil
 		if rec.midPoints && (h.contentSize > z.big || h.contentSize < 0) {
 			if z.tr = newZstdTracker(h, zstdWindowSize(b, h), start, rec); z.tr != nil {
-				tee = z.tr.feed
+				tee = z.feedLater(z.tr)
 				z.ringFrom()
 			}
 		}
@@ -342,6 +391,7 @@ func (z *zstdPass) nextFrame() error {
 			return err
 		}
 		z.inData = true
+		z.decode(z.dec)
 		return nil
 	}
 }
@@ -372,14 +422,8 @@ func (z *zstdPass) Read(p []byte) (int, error) {
 				return 0, err
 			}
 		}
-		dec := z.dec
-		if z.rdec != nil {
-			dec = z.rdec
-		}
-		n, err := dec.Read(p)
-		if n > 0 {
-			z.take(p[:n])
-		}
+		// take has seen what the pipe hands out.
+		n, err := z.pipe.Read(p)
 		if err == io.EOF && z.rdec != nil {
 			err = z.endResumed()
 		}
@@ -502,12 +546,6 @@ func (z *zstdPass) midEvery() int64 {
 }
 
 func (z *zstdPass) finish() (int64, int64, error) {
-	defer z.dec.Close()
-	defer func() {
-		if z.rdec != nil {
-			z.rdec.Close()
-		}
-	}()
 	if _, err := io.Copy(io.Discard, z); err != nil && err != io.EOF {
 		return 0, 0, err
 	}

@@ -27,7 +27,10 @@ import (
 // block's bytes, the pass has taken all the output before the boundary
 // (rec.out). The frame's XXH64 and the recorder's span hash are taken
 // there; the pass keeps its latest output (the window plus
-// zstdTrackSlack) for the window. It all runs on the pass's goroutine.
+// zstdTrackSlack) for the window. It all runs on the pass's goroutine:
+// the decoder runs on the pipe's, and hands the tracker the bytes it
+// reads as pipe marks at the output offset of the Read that reads them
+// (zstdPass.feedLater), so that feed sees them where it would have.
 type zstdTracker struct {
 	// Set once.
 	rec       *recorder
