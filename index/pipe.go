@@ -53,9 +53,14 @@ type pipe struct {
 }
 
 // pipeSlots is how many output buffers a pipe cycles through, and
-// pipeSlotBytes the size of each.
+// pipeSlotBytes the size of each. 8 MiB ahead lets the decoder run on
+// while the consumer waits for a core or for the writers, and the
+// consumer go on while the decoder waits: a first extraction of the Go
+// toolchain over the object-storage profile on 2 cores, medians of 7-9,
+// went from 0.87 s with 4 slots to 0.76-0.80 s with 8, 16 and 32 (gzip),
+// and from 0.83 s to 0.73-0.78 s (lz4); zstd did not change.
 const (
-	pipeSlots     = 4
+	pipeSlots     = 16
 	pipeSlotBytes = 512 << 10
 )
 
