@@ -155,6 +155,11 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(req)
 }
 
+// roundTripFunc is a RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
 // take returns the requests recorded since the last call as "METHOD path?query".
 func (r *recorder) take() ([]string, []*http.Request) {
 	r.mu.Lock()
@@ -200,8 +205,24 @@ func TestS3Requests(t *testing.T) {
 	})
 
 	t.Run("region discovered", func(t *testing.T) {
+		// The open cancels the region probe once the HeadObject
+		// succeeds, which may be before the probe's request is sent:
+		// the HeadObject waits here until the probe's HeadBucket is.
 		rec := &recorder{}
-		src, err := Open(t.Context(), url, Options{EndpointURL: srv.URL, Client: &http.Client{Transport: rec}})
+		probed := make(chan struct{})
+		var once sync.Once
+		tr := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Path == "/"+bucket {
+				once.Do(func() { close(probed) })
+			} else {
+				select {
+				case <-probed:
+				case <-time.After(10 * time.Second): // the check below fails
+				}
+			}
+			return rec.RoundTrip(req)
+		})
+		src, err := Open(t.Context(), url, Options{EndpointURL: srv.URL, Client: &http.Client{Transport: tr}})
 		require.NoError(t, err)
 		defer src.Close()
 		lines, reqs := rec.take()
