@@ -30,12 +30,14 @@ import (
 // dec reaches the consumer after every byte decoded before it.
 //
 // Read and Discard are for one consumer goroutine; close may be called
-// from any goroutine, more than once.
+// from any goroutine, more than once, before start or after (a pipe that
+// restart runs again: on the consumer's, as restart is).
 type pipe struct {
 	// set once
 	onData     func(p []byte) // sees every byte, in order, before Read hands it out
 	free, full chan *pipeSlot
-	quit, done chan struct{}
+	quit       chan struct{}
+	done       chan struct{} // closed when no goroutine runs: before start, and once the goroutine ends
 	stop       sync.Once
 
 	// the decoder goroutine's
@@ -94,6 +96,7 @@ func newPipe(off int64, onData func(p []byte)) *pipe {
 		at:      off,
 		dataOff: off,
 	}
+	close(p.done) // no goroutine yet
 	for range pipeSlots {
 		p.free <- &pipeSlot{}
 	}
@@ -115,27 +118,27 @@ type chunkReader interface {
 func (p *pipe) start(dec io.Reader) {
 	p.dec = dec
 	p.at = p.off
+	p.done = make(chan struct{})
 	go p.run()
 }
 
 // restart runs dec on a new goroutine of the pipe, its output going on
 // where the previous dec's ended (a zstd pass decodes each frame so):
 // the consumer has read the previous dec's error, which ended its
-// goroutine. It reuses the slots. restart and close are then both
-// called on the consumer's goroutine. After close, it starts nothing.
+// goroutine, or the pipe never started. It reuses the slots. restart
+// and close are then both called on the consumer's goroutine. After
+// close, it starts nothing.
 func (p *pipe) restart(dec io.Reader) {
 	if p.slot != nil {
 		p.free <- p.slot // never blocks: free has room for every slot
 		p.dataOff += int64(len(p.data))
 		p.slot, p.data, p.pos = nil, nil, 0
 	}
-	p.err = nil
-	p.done = make(chan struct{})
 	select {
 	case <-p.quit:
 		p.err = io.ErrClosedPipe
-		close(p.done)
 	default:
+		p.err = nil
 		p.start(dec)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 )
 
 // scriptedDecoder stands for an inflater on a pipe: it "decodes" data in
@@ -151,6 +152,22 @@ func (d *frameDecoder) Read(b []byte) (int, error) {
 // during a read runs once the bytes before that read have reached
 // onData; after close, restart starts nothing and reads fail.
 func TestPipeRestart(t *testing.T) {
+	// A pipe that never started (a zstd stream with no data frame)
+	// closes at once, and reads from it fail.
+	idle := newPipe(0, func([]byte) {})
+	closed := make(chan struct{})
+	go func() {
+		idle.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close of a pipe that never started did not return")
+	}
+	if n, err := idle.Read(make([]byte, 10)); n != 0 || err != io.ErrClosedPipe {
+		t.Fatalf("read of a pipe that never started: got %d, %v, want 0, %v", n, err, io.ErrClosedPipe)
+	}
 	var seen []byte
 	p := newPipe(1000, func(b []byte) { seen = append(seen, b...) })
 	var want []byte

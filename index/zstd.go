@@ -229,24 +229,22 @@ func maxFrameSpan(span int64) int64 { return 8 * span }
 // copied, and queued as pipe marks, so that it sees them where it would
 // have in a Read on the reader's goroutine (zstdTracker's comment).
 type zstdPass struct {
-	cr    *countingReader
-	rec   *recorder
-	pipe  *pipe         // decodes the current frame, its output going to take
-	dec   *zstd.Decoder // read by the pipe's goroutine while a frame is decoded
-	rdec  *zstd.Decoder // decodes the frame resumed at a block boundary, until its end
-	feeds sync.Pool     // *[]byte: copies of frame bytes for the tracker
-	// started: the pipe ran a frame's decoder (close then stops it)
-	started bool
-	fr      zstdFrameReader
-	tr      *zstdTracker // follows the current frame (nil: not followed)
-	due     int64        // the latest resume point written, at this tar offset (pointWritten)
-	lazy    bool         // trackers keep output only before the next resume point comes due (keepLess)
-	inData  bool         // a data frame is being decoded
-	big     int64        // frames bigger than this are local
-	forced  bool         // the next frame start must be a checkpoint
-	end     int64        // end of the last data frame
-	frames  int
-	err     error
+	cr     *countingReader
+	rec    *recorder
+	pipe   *pipe         // decodes the current frame, its output going to take
+	dec    *zstd.Decoder // read by the pipe's goroutine while a frame is decoded
+	rdec   *zstd.Decoder // decodes the frame resumed at a block boundary, until its end
+	feeds  sync.Pool     // *[]byte: copies of frame bytes for the tracker
+	fr     zstdFrameReader
+	tr     *zstdTracker // follows the current frame (nil: not followed)
+	due    int64        // the latest resume point written, at this tar offset (pointWritten)
+	lazy   bool         // trackers keep output only before the next resume point comes due (keepLess)
+	inData bool         // a data frame is being decoded
+	big    int64        // frames bigger than this are local
+	forced bool         // the next frame start must be a checkpoint
+	end    int64        // end of the last data frame
+	frames int
+	err    error
 }
 
 // newZstdPassAt resumes the index pass at cp: the start of a frame, or
@@ -291,7 +289,7 @@ func (z *zstdPass) resumeInFrame(cp Checkpoint, window []byte) error {
 		return fmt.Errorf("%w: resume zstd frame at %d: %w", ErrCorrupt, cp.In, err)
 	}
 	z.inData = true
-	z.decode(z.rdec)
+	z.pipe.restart(z.rdec)
 	return nil
 }
 
@@ -323,18 +321,9 @@ func (z *zstdPass) feedLater(tr *zstdTracker) func([]byte) {
 	}
 }
 
-// decode decodes the frame that starts now with dec, on the pipe's
-// goroutine.
-func (z *zstdPass) decode(dec io.Reader) {
-	z.started = true
-	z.pipe.restart(dec)
-}
-
 // close stops the goroutine decoding the current frame, if any.
 func (z *zstdPass) close() {
-	if z.started {
-		z.pipe.close()
-	}
+	z.pipe.close()
 	z.dec.Close()
 	if z.rdec != nil {
 		z.rdec.Close()
@@ -391,7 +380,7 @@ func (z *zstdPass) nextFrame() error {
 			return err
 		}
 		z.inData = true
-		z.decode(z.dec)
+		z.pipe.restart(z.dec)
 		return nil
 	}
 }
