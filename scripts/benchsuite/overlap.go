@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/tarmount/tarmount/archive"
@@ -30,6 +31,14 @@ import (
 // with -alone), since the server runs in this one. Write alone runs the
 // newest build (the last of -tarmount). A fourth row, the longest of the
 // three, is computed per run: the check compares medians with it.
+//
+// On a machine with few cores the three jobs together may need more CPU
+// than the cores give in the time of the longest: then no overlap meets
+// the bound. Each step's CPU time (user and system, its children's
+// included) is recorded, and two more rows are computed per run: the
+// CPU floor, the CPU time of the three alone over the cores, and the
+// longer of the floor and the longest alone, which a second check
+// (informational: the issue's bound is the first) compares with.
 
 // Tool names of scenario 15.
 const (
@@ -37,6 +46,8 @@ const (
 	toolDecodeAlone  = "decode alone (tarmount's decoder, local copy, to nothing)"
 	toolWriteAlone   = "write alone (tarmount extract of the local .tar)"
 	toolLongestAlone = "the longest of fetch, decode and write alone"
+	toolCPUFloor     = "the CPU floor: the CPU time of fetch, decode and write alone over the cores"
+	toolAloneOrCPU   = "the longest alone, or the CPU floor where it is longer"
 )
 
 // overlapMax is issue 26's bound: the first extraction over the longest
@@ -61,7 +72,7 @@ func (s *suite) overlap(ctx context.Context, cb *combo, run int) error {
 	if err != nil {
 		return err
 	}
-	alone := map[string]float64{}
+	alone, cpu := map[string]float64{}, map[string]float64{}
 	for _, tool := range inOrder(run, tools...) {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -85,7 +96,9 @@ func (s *suite) overlap(ctx context.Context, cb *combo, run int) error {
 		if err := ts.next(ctx); err != nil {
 			return err
 		}
-		out, err := timeStep(cb, &r, func() (string, error) { return runCmd(ctx, s.c.stepTimeout, s.env, "", argv...) })
+		out, err := timeStep(cb, &r, func() (string, error) {
+			return keepCPU(&r)(runCmdCPU(ctx, s.c.stepTimeout, s.env, "", argv...))
+		})
 		os.RemoveAll(cold)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -103,17 +116,35 @@ func (s *suite) overlap(ctx context.Context, cb *combo, run int) error {
 		r.Status = statusOK
 		s.record(r)
 		if base != toolTMCold {
-			alone[base] = r.Seconds
+			alone[base], cpu[base] = r.Seconds, r.CPU
 		}
 	}
 	if len(alone) == 3 {
-		r := s.result(cb, scOverlap, toolLongestAlone, run)
-		r.Payload = cb.d.facts.TarBytes
-		r.Seconds = max(alone[toolFetchAlone], alone[toolDecodeAlone], alone[toolWriteAlone])
-		r.Status = statusOK
-		s.record(r)
+		longest := max(alone[toolFetchAlone], alone[toolDecodeAlone], alone[toolWriteAlone])
+		type computed struct {
+			tool    string
+			seconds float64
+		}
+		rows := []computed{{toolLongestAlone, longest}}
+		if cpu[toolFetchAlone] > 0 && cpu[toolDecodeAlone] > 0 && cpu[toolWriteAlone] > 0 {
+			floor := cpuFloor(cpu[toolFetchAlone]+cpu[toolDecodeAlone]+cpu[toolWriteAlone], runtime.NumCPU())
+			rows = append(rows, computed{toolCPUFloor, floor}, computed{toolAloneOrCPU, max(longest, floor)})
+		}
+		for _, row := range rows {
+			r := s.result(cb, scOverlap, row.tool, run)
+			r.Payload = cb.d.facts.TarBytes
+			r.Seconds = row.seconds
+			r.Status = statusOK
+			s.record(r)
+		}
 	}
 	return nil
+}
+
+// cpuFloor is the least wall time in which cores can give cpuSeconds of
+// CPU time.
+func cpuFloor(cpuSeconds float64, cores int) float64 {
+	return cpuSeconds / float64(max(cores, 1))
 }
 
 // runAlone is the driver run with -alone: what (fetch or decode) of arg

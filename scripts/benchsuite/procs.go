@@ -327,6 +327,14 @@ func viaShell(argv ...string) []string {
 // its group when ctx is done or the timeout passes; it returns the
 // combined output (the last 4 KiB) and the error.
 func runCmd(ctx context.Context, timeout time.Duration, env []string, dir string, argv ...string) (string, error) {
+	out, _, err := runCmdCPU(ctx, timeout, env, dir, argv...)
+	return out, err
+}
+
+// runCmdCPU is runCmd that also returns the CPU time (user and system)
+// of the process and of the children it waited for, such as the tools of
+// a shell pipeline: the rusage that wait4 reports.
+func runCmdCPU(ctx context.Context, timeout time.Duration, env []string, dir string, argv ...string) (string, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -341,7 +349,11 @@ func runCmd(ctx context.Context, timeout time.Duration, env []string, dir string
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %s", timeout)
 	}
-	return out.String(), err
+	var cpu time.Duration
+	if ps := cmd.ProcessState; ps != nil {
+		cpu = ps.UserTime() + ps.SystemTime()
+	}
+	return out.String(), cpu, err
 }
 
 // tailBuffer keeps the last 4 KiB written to it.

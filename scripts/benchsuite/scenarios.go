@@ -537,7 +537,7 @@ func (s *suite) indexPass(ctx context.Context, cb *combo, run int, tool string) 
 	os.RemoveAll(cache)
 	defer os.RemoveAll(cache)
 	out, err := timeStep(cb, &r, func() (string, error) {
-		return runCmd(ctx, s.c.indexTimeout, s.env, "", s.buildOf(tool).bin, "index", cb.url, "--cache-dir", cache, "--cache-disk", "0")
+		return keepCPU(&r)(runCmdCPU(ctx, s.c.indexTimeout, s.env, "", s.buildOf(tool).bin, "index", cb.url, "--cache-dir", cache, "--cache-disk", "0"))
 	})
 	return s.settle(ctx, r, out, err)
 }
@@ -556,6 +556,15 @@ func (s *suite) settle(ctx context.Context, r Result, out string, err error) err
 		s.record(r)
 	}
 	return nil
+}
+
+// keepCPU returns a function that sets r's CPU time from runCmdCPU's
+// results and passes on its output and error.
+func keepCPU(r *Result) func(string, time.Duration, error) (string, error) {
+	return func(out string, cpu time.Duration, err error) (string, error) {
+		r.CPU = cpu.Seconds()
+		return out, err
+	}
 }
 
 // timeStep runs f as r's timed step: it sets r's seconds and what the
@@ -646,7 +655,7 @@ func (s *suite) extract(ctx context.Context, cb *combo, run int) error {
 			if base == toolTMMat {
 				return "", s.materialize(ctx, cb, s.buildOf(tool), run, ts.dest, &r)
 			}
-			return runCmd(ctx, s.c.stepTimeout, s.env, "", argv...)
+			return keepCPU(&r)(runCmdCPU(ctx, s.c.stepTimeout, s.env, "", argv...))
 		})
 		if ctx.Err() != nil {
 			return ctx.Err()
