@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tarmount/tarmount/fetch"
 	"github.com/tarmount/tarmount/index"
@@ -72,5 +76,59 @@ func TestRunReleasesDirectories(t *testing.T) {
 				t.Errorf("after Run: %d more descriptors open than before Open, want at most %d (%d directories)", got, want, dirs)
 			}
 		})
+	}
+}
+
+// fdTableSize is the size of this process's descriptor table (FDSize in
+// /proc/self/status).
+func fdTableSize(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		testutil.Missing(t, "no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "FDSize:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatalf("FDSize %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no FDSize in /proc/self/status")
+	return 0
+}
+
+// TestReserveFDs: the table grows to hold the descriptors asked for,
+// within RLIMIT_NOFILE, and no descriptor is left open.
+func TestReserveFDs(t *testing.T) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	size := fdTableSize(t)
+	want := 2 * size
+	if uint64(want) > lim.Cur {
+		testutil.Missing(t, "RLIMIT_NOFILE %d leaves no room above the table's %d", lim.Cur, size)
+	}
+	f, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := openFDs(t)
+	reserveFDs(int(f.Fd()), want)
+	if got := fdTableSize(t); got < want {
+		t.Errorf("table holds %d descriptors, want %d or more", got, want)
+	}
+	if got := openFDs(t); got != before {
+		t.Errorf("%d descriptors open, want %d as before", got, before)
+	}
+	// Past the limit it grows to the limit at most, and a bad descriptor
+	// is no harm.
+	reserveFDs(-1, int(lim.Cur)+1)
+	if got := openFDs(t); got != before {
+		t.Errorf("%d descriptors open, want %d as before", got, before)
 	}
 }

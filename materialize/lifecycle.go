@@ -39,10 +39,11 @@ type lifecycle struct {
 	from      string           // the source key of the version DIR was complete with, when replace ("" unknown)
 	root      *os.Root         // DIR, for OpenLocal
 	rootFd    int
-	rootPlain bool     // plainDir(rootFd)
-	stateFd   int      // DIR/.tarmount-partial, -1 when complete or finished
-	tmpFd     int      // its tmp/, -1 likewise
-	jr        *journal // nil when complete
+	rootPlain bool           // plainDir(rootFd)
+	reserve   sync.WaitGroup // reserveFDs, from rootFd; close waits for it
+	stateFd   int            // DIR/.tarmount-partial, -1 when complete or finished
+	tmpFd     int            // its tmp/, -1 likewise
+	jr        *journal       // nil when complete
 
 	view      atomic.Pointer[view] // set by Run, read by OpenLocal
 	noTmpfile atomic.Bool          // the filesystem of DIR has no O_TMPFILE
@@ -117,6 +118,7 @@ func Open(dir, key string, opts Options) (*Job, error) {
 		j.Close()
 		return nil, err
 	}
+	j.life.reserve.Go(func() { reserveFDs(j.life.rootFd, fdTableReserve) })
 	j.pool.start(opts.Writers)
 	return j, nil
 }
@@ -182,6 +184,35 @@ func fdBudgets() (stageFiles int64, dirs int) {
 	}
 	avail := int64(min(lim.Cur, 1<<30)) - fdReserve
 	return max(avail/2, 0), max(int(avail/4), 8)
+}
+
+// fdTableReserve is how many descriptors the process's table holds once
+// a job has started (reserveFDs): the Go toolchain's tree keeps about
+// 1700 open at once (its directories, and files being written).
+const fdTableReserve = 4096
+
+// reserveFDs grows the process's descriptor table, once, to hold n
+// descriptors (at most RLIMIT_NOFILE): it duplicates fd to the lowest
+// free descriptor at or above n-1 and closes the copy.
+//
+// In a process of many threads, each growth of the table waits for an
+// RCU grace period (expand_fdtable calls synchronize_rcu, 5-30 ms here)
+// and holds up every other thread's open meanwhile. A job that opened
+// descriptors as it went grew it 64 -> 128 -> ... -> 2048, on the
+// critical path: the pass opens the directories (Stage), the writers the
+// files. Grown once, at the start, beside the first fetch, the table
+// costs one such wait where nothing needs it.
+func reserveFDs(fd, n int) {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && uint64(n) > lim.Cur {
+		n = int(lim.Cur)
+	}
+	if n <= 64 {
+		return // the table a process starts with
+	}
+	if dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, n-1); err == nil {
+		unix.Close(dup)
+	}
 }
 
 // openState writes the marker, makes the state directory with an empty
@@ -259,6 +290,7 @@ func (l *lifecycle) removeState() error {
 // close closes the journal and the descriptors still open. Close calls it
 // once, after the writers stopped.
 func (l *lifecycle) close() {
+	l.reserve.Wait()
 	for _, fd := range []int{l.tmpFd, l.stateFd, l.rootFd} {
 		if fd >= 0 {
 			unix.Close(fd)
