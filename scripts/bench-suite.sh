@@ -64,7 +64,9 @@
 #      (to nothing), decoding the local copy as the pass decodes it (to
 #      nothing), and tarmount extract of the local plain .tar (the
 #      writers); each extraction on an ext4 of its own; the report checks
-#      the extraction ≤ 1.15x the longest of the three (issue 26)
+#      the extraction ≤ 1.15x the longest of the three (issue 26), and,
+#      for information, ≤ 1.15x the longer of that and the CPU floor (the
+#      three's CPU time over the machine's cores)
 #  Issue 26's three comparisons in one run, the go dataset (12 and 13 make
 #  the .tar.gz of the datasets they run on):
 #    DATASETS=go CODECS="gz zst lz4" SCENARIOS="gzip-decode extract-tmpfs extract" \
