@@ -188,6 +188,9 @@ func Build(ctx context.Context, r io.Reader, id fetch.Identity, opts BuildOption
 		defer func() { plog.end(ctx, built, err, log, pr.consumed.Load(), opts.Cached) }()
 		rec.midPoints = !opts.NoMidPoints
 		plog.floor = opts.Holds
+		if plog.floor != nil {
+			rec.idle = func() { plog.writeHeld(ix) }
+		}
 	}
 	var tarStream io.Reader = pr
 	var dec passDecoder

@@ -35,7 +35,7 @@ type gzipDecoder interface {
 const _ uint = pipeSlotBytes - inflate.BufSize
 
 func newGzipPass(r io.Reader, rec *recorder) *gzipPass {
-	g := &gzipPass{pipe: newPipe(0, rec.write), rec: rec}
+	g := &gzipPass{pipe: newPipe(0, rec.write, rec.idle), rec: rec}
 	if rec.workers > 1 {
 		ctx := rec.ctx
 		if ctx == nil {
@@ -67,7 +67,7 @@ func (g *gzipPass) close() {
 // yields the stream from cp.In on. The member it enters has its trailer
 // checked with the sums the first pass recorded at cp.
 func newGzipPassAt(r io.Reader, cp Checkpoint, window []byte, rec *recorder) (*gzipPass, error) {
-	g := &gzipPass{pipe: newPipe(int64(cp.Out), rec.write), rec: rec}
+	g := &gzipPass{pipe: newPipe(int64(cp.Out), rec.write, rec.idle), rec: rec}
 	icp := inflate.Checkpoint{Kind: cp.Kind, In: int64(cp.In), Bit: cp.Bit, Out: int64(cp.Out), Window: window}
 	if len(cp.pass) == 8 {
 		icp.Sums, icp.CRC, icp.Size = true, binary.LittleEndian.Uint32(cp.pass), binary.LittleEndian.Uint32(cp.pass[4:])

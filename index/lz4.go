@@ -86,7 +86,7 @@ func newLZ4Pass(r io.Reader, rec *recorder) *lz4Pass {
 // startLZ4Pass runs d, a pass decoder whose recorder stands where d
 // starts, on a pipe.
 func startLZ4Pass(d *lz4Decoder) *lz4Pass {
-	p := &lz4Pass{pipe: newPipe(d.rec.out, d.rec.write), d: d}
+	p := &lz4Pass{pipe: newPipe(d.rec.out, d.rec.write, d.rec.idle), d: d}
 	d.pipe = p.pipe
 	if l := d.rec.last(); l != nil {
 		d.lastCP, d.hasCP = int64(l.Out), true

@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -763,6 +765,68 @@ func TestPartialHolds(t *testing.T) {
 				}
 				if b, _ := got.Marshal(); !bytes.Equal(b, want) {
 					t.Errorf("the resumed pass gave another index than a whole pass")
+				}
+			}
+		})
+	}
+}
+
+// TestPartialHeldWhileStalled: a resume point held back for the caller
+// (Holds) is written once the caller holds what comes before it, also
+// while the source stalls and the pass reads nothing: a boot whose
+// server hangs, stopped later, resumes from there.
+func TestPartialHeldWhileStalled(t *testing.T) {
+	raw := tarBytes(t, resumeMembers())
+	for _, c := range []struct {
+		name string
+		make func(testing.TB, []byte) []byte
+	}{
+		{"gzip", func(_ testing.TB, raw []byte) []byte { return tarbuild.GzipLevel(raw, 6) }},
+		{"zstd-one-frame", klauspostZstd(zstd.WithWindowSize(128 << 10))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := c.make(t, raw)
+			id := fetch.Identity{Size: int64(len(obj)), ETag: `"v1"`}
+			path := filepath.Join(t.TempDir(), "p.partial")
+			gate := newGatedReader(obj, len(obj)*7/10)
+			var holds atomic.Bool // the caller (writers catching up) holds all the pass read
+			opts := BuildOptions{Span: 16 << 10, Partial: path, Holds: func(int64) bool { return holds.Load() }}
+			done := make(chan error, 1)
+			go func() {
+				_, err := Build(context.Background(), gate, id, opts)
+				done <- err
+			}()
+			defer func() {
+				gate.allow(len(obj))
+				if err := <-done; err != nil {
+					t.Errorf("the pass: %v", err)
+				}
+			}()
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				gate.mu.Lock()
+				at := gate.off
+				gate.mu.Unlock()
+				if at == gate.limit {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the pass read %d bytes, never %d", at, gate.limit)
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // the pass takes what it read, then waits
+			if p, err := LoadPartial(path, id); err == nil {
+				t.Fatalf("a resume point (at %d) before the caller held anything", p.Next())
+			}
+			holds.Store(true)
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if p, err := LoadPartial(path, id); err == nil {
+					if p.From() > int64(gate.limit) {
+						t.Errorf("the resume point needs the archive from %d, past the %d bytes read", p.From(), gate.limit)
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the stalled pass wrote no resume point within 5 s of the caller holding what it read")
 				}
 			}
 		})

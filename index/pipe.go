@@ -3,6 +3,7 @@ package index
 import (
 	"io"
 	"sync"
+	"time"
 )
 
 // pipe runs a pass decoder on a goroutine of its own, so that decoding
@@ -35,6 +36,7 @@ import (
 type pipe struct {
 	// set once
 	onData     func(p []byte) // sees every byte, in order, before Read hands it out
+	idle       func()         // if set, called by Read every pipeIdleEvery while it waits for output
 	free, full chan *pipeSlot
 	quit       chan struct{}
 	done       chan struct{} // closed when no goroutine runs: before start, and once the goroutine ends
@@ -66,6 +68,11 @@ const (
 	pipeSlotBytes = 512 << 10
 )
 
+// pipeIdleEvery is how often a Read that waits for the decoder calls the
+// pipe's idle function: a pass stalled by its source still writes the
+// resume points its caller has come to hold meanwhile (recorder.idle).
+const pipeIdleEvery = 100 * time.Millisecond
+
 // pipeSlot is output of the decoder on its way to the consumer.
 type pipeSlot struct {
 	buf   []byte // nil until first used
@@ -85,9 +92,10 @@ type pipeMark struct {
 
 // newPipe returns a pipe whose decoded output starts at offset off and
 // goes to onData. The decoder is given by start.
-func newPipe(off int64, onData func(p []byte)) *pipe {
+func newPipe(off int64, onData func(p []byte), idle func()) *pipe {
 	p := &pipe{
 		onData:  onData,
+		idle:    idle,
 		free:    make(chan *pipeSlot, pipeSlots),
 		full:    make(chan *pipeSlot, pipeSlots),
 		quit:    make(chan struct{}),
@@ -229,17 +237,10 @@ func (p *pipe) next() {
 		p.dataOff += int64(len(p.data))
 		p.slot, p.data, p.pos = nil, nil, 0
 	}
-	var s *pipeSlot
-	select {
-	case s = <-p.full:
-	case <-p.done:
-		// The goroutine sends its last slot before it ends.
-		select {
-		case s = <-p.full:
-		default:
-			p.err = io.ErrClosedPipe
-			return
-		}
+	s, ok := p.take()
+	if !ok {
+		p.err = io.ErrClosedPipe
+		return
 	}
 	data, pos := s.buf[s.start:s.n], 0
 	for _, m := range s.marks {
@@ -254,6 +255,39 @@ func (p *pipe) next() {
 		p.onData(data[pos:])
 	}
 	p.slot, p.data, p.dataOff, p.err = s, data, s.off, s.err
+}
+
+// take waits for the next slot of output; false once the goroutine has
+// ended without one. While it waits it calls idle, if set, every
+// pipeIdleEvery.
+func (p *pipe) take() (*pipeSlot, bool) {
+	select {
+	case s := <-p.full:
+		return s, true
+	default:
+	}
+	var tick <-chan time.Time
+	if p.idle != nil {
+		t := time.NewTicker(pipeIdleEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case s := <-p.full:
+			return s, true
+		case <-tick:
+			p.idle()
+		case <-p.done:
+			// The goroutine sends its last slot before it ends.
+			select {
+			case s := <-p.full:
+				return s, true
+			default:
+				return nil, false
+			}
+		}
+	}
 }
 
 // Read implements io.Reader: the decoded bytes in order, then the error

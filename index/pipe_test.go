@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,7 +69,7 @@ func TestPipeOrder(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var seen []byte
-			p := newPipe(0, func(b []byte) { seen = append(seen, b...) })
+			p := newPipe(0, func(b []byte) { seen = append(seen, b...) }, nil)
 			var applied []int64
 			d := &scriptedDecoder{p: p, data: data, sizes: c.sizes, marks: c.marks, err: c.err}
 			d.applied = func(at int64) {
@@ -154,7 +155,7 @@ func (d *frameDecoder) Read(b []byte) (int, error) {
 func TestPipeRestart(t *testing.T) {
 	// A pipe that never started (a zstd stream with no data frame)
 	// closes at once, and reads from it fail.
-	idle := newPipe(0, func([]byte) {})
+	idle := newPipe(0, func([]byte) {}, nil)
 	closed := make(chan struct{})
 	go func() {
 		idle.close()
@@ -169,7 +170,7 @@ func TestPipeRestart(t *testing.T) {
 		t.Fatalf("read of a pipe that never started: got %d, %v, want 0, %v", n, err, io.ErrClosedPipe)
 	}
 	var seen []byte
-	p := newPipe(1000, func(b []byte) { seen = append(seen, b...) })
+	p := newPipe(1000, func(b []byte) { seen = append(seen, b...) }, nil)
 	var want []byte
 	var marks []int64
 	apply := func(at int64) {
@@ -214,4 +215,57 @@ func TestPipeRestart(t *testing.T) {
 		t.Fatalf("read after close and restart: got %d, %v, want 0, %v", n, err, io.ErrClosedPipe)
 	}
 	p.close()
+}
+
+// TestPipeIdle: a Read that waits for a stalled decoder calls idle, on
+// the reading goroutine, about every pipeIdleEvery; a Read that finds
+// output at once does not.
+func TestPipeIdle(t *testing.T) {
+	const gate = 2 * pipeSlotBytes
+	g := newGatedReader(randomData(7, 3*pipeSlotBytes), gate)
+	var idles atomic.Int32
+	reader := make(chan int64, 1)
+	var p *pipe
+	p = newPipe(0, func([]byte) {}, func() {
+		idles.Add(1)
+		select {
+		case reader <- p.offset(): // only the reading goroutine may ask
+		default:
+		}
+	})
+	p.start(g)
+	defer p.close()
+	buf := make([]byte, 64<<10)
+	got := 0
+	for got < gate {
+		n, err := p.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	// The decoder has handed out all it may: it waits at the gate.
+	if n := idles.Load(); n != 0 {
+		t.Errorf("idle called %d times while output was ready, want 0", n)
+	}
+	go func() {
+		time.Sleep(3*pipeIdleEvery + pipeIdleEvery/2)
+		g.allow(len(g.obj))
+	}()
+	n, err := p.Read(buf) // waits for the gate to open
+	if err != nil || n == 0 {
+		t.Fatalf("read after the stall: %d, %v", n, err)
+	}
+	if n := idles.Load(); n < 2 || n > 4 {
+		t.Errorf("idle called %d times in a stall of %v, want about 3", n, 3*pipeIdleEvery+pipeIdleEvery/2)
+	}
+	if off := <-reader; off != gate {
+		t.Errorf("idle saw the pipe at %d, want %d (where Read waited)", off, gate)
+	}
+	for err == nil {
+		_, err = p.Read(buf)
+	}
+	if err != io.EOF {
+		t.Fatalf("got %v at the end, want io.EOF", err)
+	}
 }

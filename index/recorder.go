@@ -47,6 +47,11 @@ type recorder struct {
 	// resume inside a span served from the local copy follows what it
 	// needs to (zstdTracker).
 	midPoints bool
+	// idle, if set, is called on the pass's goroutine while it waits for
+	// decoded bytes (pipe.idle): Build writes a resume point held back for
+	// its caller (BuildOptions.Holds) once the caller holds what comes
+	// before it, even while the source stalls.
+	idle func()
 }
 
 type subSpan struct {

@@ -300,7 +300,7 @@ func newZstdPass(r io.Reader, rec *recorder) (*zstdPass, error) {
 		return nil, err
 	}
 	z := &zstdPass{cr: newCountingReader(r, 0), rec: rec, dec: dec, big: maxFrameSpan(rec.span)}
-	z.pipe = newPipe(rec.out, z.take)
+	z.pipe = newPipe(rec.out, z.take, rec.idle)
 	return z, nil
 }
 
