@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +57,7 @@ type Server struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
+	health string // the health check's path, this server's own
 	client *s3.Client
 
 	closeOnce sync.Once
@@ -124,9 +126,13 @@ func Start(bin, dir string, opts Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{URL: "http://" + port, Region: region, Dir: data, exited: make(chan struct{})}
+		// A health path of its own: if another test's server took the
+		// port first (this one then fails to bind and exits), that
+		// server does not answer it, and this one is not taken for it.
+		s := &Server{URL: "http://" + port, Region: region, Dir: data, exited: make(chan struct{}),
+			health: fmt.Sprintf("/health-%d-%d", os.Getpid(), healthSeq.Add(1))}
 		var out bytes.Buffer
-		s.cmd = exec.Command(bin, "--port", port, "--region", region, "--health", "/health", "--quiet",
+		s.cmd = exec.Command(bin, "--port", port, "--region", region, "--health", s.health, "--quiet",
 			// Keep connections open between requests, as S3 does.
 			"--keep-alive",
 			"posix", "--versioning-dir", versions, data)
@@ -163,6 +169,10 @@ func cleanEnv() []string {
 	return env
 }
 
+// healthSeq numbers the servers this process starts, for their health
+// paths.
+var healthSeq atomic.Int64
+
 func freePort() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -182,7 +192,7 @@ func (s *Server) waitHealthy(limit time.Duration) error {
 			return errors.New("exited before its health check answered")
 		default:
 		}
-		resp, err := client.Get(s.URL + "/health")
+		resp, err := client.Get(s.URL + s.health)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
